@@ -1,0 +1,84 @@
+"""The one place that asks torch.distributed or the environment for rank and world size.
+
+Order of precedence (STYLE.md): explicit arguments, then an initialised process group,
+then the ``RANK`` / ``WORLD_SIZE`` environment variables, else a single process. When
+``WORLD_SIZE > 1`` but no rank can be found, that is an error, never a silent rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch.distributed as dist
+
+
+def _as_int(value: Any, name: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import numpy as np
+
+            if isinstance(value, np.integer):
+                return int(value)
+        except ImportError:  # pragma: no cover - numpy is a dependency
+            pass
+        raise TypeError(f"{where}: {name} must be an int; got {type(value).__name__} {value!r}")
+    return value
+
+
+def _env_int(name: str, where: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(
+            f"{where}: environment variable {name} must be an int; got {raw!r}; "
+            f"unset it or set it to an integer"
+        ) from None
+
+
+def pg_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def world(num_replicas: Any = None, rank: Any = None, *, where: str) -> tuple[int, int]:
+    """Resolve ``(world_size, rank)``; validate both."""
+    if num_replicas is not None:
+        num_replicas = _as_int(num_replicas, "num_replicas", where)
+    if rank is not None:
+        rank = _as_int(rank, "rank", where)
+    if num_replicas is None:
+        if pg_initialized():
+            num_replicas = dist.get_world_size()
+        else:
+            num_replicas = _env_int("WORLD_SIZE", where) or 1
+    if num_replicas < 1:
+        raise ValueError(
+            f"{where}: num_replicas must be >= 1; got {num_replicas}; "
+            f"pass the number of ranks (torch.distributed.get_world_size())"
+        )
+    if rank is None:
+        rank = dist.get_rank() if pg_initialized() else _env_int("RANK", where)
+        if rank is None:
+            if num_replicas > 1:
+                raise ValueError(
+                    f"{where}: rank is unknown while the world size is {num_replicas}; "
+                    f"no process group is initialised and RANK is not set; pass rank=..., "
+                    f"or call torch.distributed.init_process_group first"
+                )
+            rank = 0
+    if not 0 <= rank < num_replicas:
+        raise ValueError(
+            f"{where}: rank must be in [0, {num_replicas - 1}] for num_replicas={num_replicas}; "
+            f"got rank={rank}; pass a rank below the world size"
+        )
+    return num_replicas, rank
+
+
+def rank_or_zero() -> int:
+    """Rank from the process group, then ``RANK``, else 0 (for per-rank RNG keys)."""
+    if pg_initialized():
+        return dist.get_rank()
+    return _env_int("RANK", "rank") or 0

@@ -1,0 +1,295 @@
+"""Epoch orders: pure functions ``(seed, epoch, position) -> dataset index``.
+
+Every order is a bijection on ``[0, n)`` for each epoch, with random access: the index at
+any position is computed directly, without materialising the epoch.
+
+- ``"feistel"`` (default): a keyed Feistel network on ``ceil(log2 n)`` bits with cycle
+  walking. O(1) memory, O(1) per position, vectorised over arrays of positions.
+- ``"torch"``: exactly ``torch.randperm(n, generator=manual_seed(seed + epoch))``, the
+  permutation of ``torch.utils.data.DistributedSampler``. O(n) time and memory per epoch
+  (cached for the current epoch): opt in only to continue a run started with torch's sampler.
+- ``"sequential"``: position p is index p.
+- ``"shards"`` / :class:`Shards`: for sharded datasets (``dataset.shard_sizes``): shards are
+  permuted per (seed, epoch), then samples are permuted within windows of a few consecutive
+  shards, so reads stay within a few shards at a time while the order stays pure and
+  O(log shards) seekable.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from seekdata.rng import ORDER, _key_cached, _mix64
+
+__all__ = ["ORDERS", "Feistel", "Order", "Sequential", "Shards", "TorchRandperm", "make_order"]
+
+ORDERS = ("feistel", "torch", "sequential", "shards")
+_U64 = np.uint64
+_ROUNDS = 8
+_SHARDS_TAG = 0x53484452  # "SHDR": shard-permutation keys, apart from within-window keys
+
+
+class Order(Protocol):
+    """What a sampler needs from an order."""
+
+    @property
+    def n(self) -> int:
+        """The dataset length: the order is a bijection on ``[0, n)``."""
+        ...
+
+    def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """Dataset indices (int64) at ``positions`` (each in ``[0, n)``) of ``epoch``."""
+        ...
+
+    def spec(self) -> str:
+        """A string that identifies the order and its parameters, stored in states."""
+        ...
+
+
+def _round_keys(seed: int, counters: tuple[int, ...]) -> np.ndarray:
+    return np.array(_key_cached(seed, counters, _ROUNDS), dtype=_U64)
+
+
+def feistel_permute(x: np.ndarray, n: np.ndarray | int, keys: np.ndarray) -> np.ndarray:
+    """Keyed permutation of ``[0, n)`` applied to ``x`` (uint64), with cycle walking.
+
+    ``n`` may be an array (one domain per element, e.g. one per shard window) and ``keys``
+    then has shape ``(rounds, len(x))``; otherwise ``keys`` has shape ``(rounds,)``.
+    """
+    n_arr = np.asarray(n, dtype=_U64)
+    bits = np.maximum(_bit_length(n_arr - _U64(1)), _U64(2))
+    b = bits - (bits >> _U64(1))  # right half, the larger
+    a = bits - b
+    mask_a = (_U64(1) << a) - _U64(1)
+    mask_b = (_U64(1) << b) - _U64(1)
+    out = _feistel_once(x, a, b, mask_a, mask_b, keys)
+    bad = out >= n_arr
+    while bad.any():  # cycle walking: the domain is < 2n, so ~1 extra pass on average
+        sel = np.nonzero(bad)[0]
+        per = np.ndim(n_arr) > 0  # one domain per element: select its parameters too
+        a_s, b_s, ma, mb, n_s = (v[sel] if per else v for v in (a, b, mask_a, mask_b, n_arr))
+        sub_keys = keys[:, sel] if keys.ndim == 2 else keys
+        out[sel] = _feistel_once(out[sel], a_s, b_s, ma, mb, sub_keys)
+        bad[sel] = out[sel] >= n_s
+    return out
+
+
+def _bit_length(v: np.ndarray) -> np.ndarray:
+    """Bit length of uint64 values (vectorised)."""
+    v = np.asarray(v, dtype=_U64)
+    out = np.zeros(v.shape, dtype=_U64)
+    w = v.copy()
+    for shift in (32, 16, 8, 4, 2, 1):
+        s = _U64(shift)
+        big = w >= (_U64(1) << s)
+        out[big] += s
+        w[big] >>= s
+    out[w > 0] += _U64(1)
+    return out
+
+
+def _feistel_once(
+    x: np.ndarray, a: Any, b: Any, mask_a: Any, mask_b: Any, keys: np.ndarray
+) -> np.ndarray:
+    left = x >> b
+    right = x & mask_b
+    for i in range(keys.shape[0]):
+        if i % 2 == 0:
+            left ^= _mix64(right ^ keys[i]) & mask_a
+        else:
+            right ^= _mix64(left ^ keys[i]) & mask_b
+    return (left << b) | right
+
+
+def _positions(positions: Any, n: int) -> np.ndarray:
+    p = np.asarray(positions)
+    if p.dtype.kind not in "iu":
+        raise TypeError(f"order: positions must be integers; got dtype {p.dtype}")
+    if p.size and (int(p.min()) < 0 or int(p.max()) >= n):
+        raise ValueError(
+            f"order: positions must lie in [0, {n}); got range [{int(p.min())}, {int(p.max())}]"
+        )
+    return p.astype(_U64)
+
+
+@dataclass(frozen=True)
+class Feistel:
+    """Keyed Feistel permutation with cycle walking (the default order)."""
+
+    n: int
+    seed: int = 0
+
+    def indices(self, epoch: int, positions: Any) -> np.ndarray:
+        p = _positions(positions, self.n)
+        if self.n == 1:
+            return np.zeros(p.shape, dtype=np.int64)
+        keys = _round_keys(self.seed, (ORDER, epoch))
+        return feistel_permute(p, self.n, keys).astype(np.int64)
+
+    def spec(self) -> str:
+        return "feistel"
+
+
+@dataclass(frozen=True)
+class Sequential:
+    """Position p is dataset index p."""
+
+    n: int
+
+    def indices(self, epoch: int, positions: Any) -> np.ndarray:
+        return _positions(positions, self.n).astype(np.int64)
+
+    def spec(self) -> str:
+        return "sequential"
+
+
+@functools.lru_cache(maxsize=2)
+def _randperm(n: int, torch_seed: int) -> np.ndarray:
+    g = torch.Generator()
+    g.manual_seed(torch_seed)
+    return torch.randperm(n, generator=g).numpy()
+
+
+@dataclass(frozen=True)
+class TorchRandperm:
+    """torch's DistributedSampler permutation, reproduced bit for bit. O(n) per epoch."""
+
+    n: int
+    seed: int = 0
+
+    def indices(self, epoch: int, positions: Any) -> np.ndarray:
+        p = _positions(positions, self.n)
+        # torch's own rule, reproduced on purpose so runs started with torch can continue.
+        perm = _randperm(self.n, self.seed + epoch)
+        return perm[p.astype(np.int64)].astype(np.int64)
+
+    def spec(self) -> str:
+        return "torch"
+
+
+@dataclass(frozen=True)
+class Shards:
+    """Shard-local order: shards permuted per epoch, samples permuted within windows.
+
+    ``window`` consecutive shards (in the epoch's shard order) form one window; samples of a
+    window are permuted among themselves, so a reader touches ``window`` shards at a time.
+    """
+
+    window: int = 4
+    shard_sizes: tuple[int, ...] = ()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.window, bool) or not isinstance(self.window, int):
+            raise TypeError(f"Shards: window must be an int; got {type(self.window).__name__}")
+        if self.window < 1:
+            raise ValueError(
+                f"Shards: window must be >= 1 shard; got {self.window}; pass 1 or more"
+            )
+
+    @property
+    def n(self) -> int:
+        return int(sum(self.shard_sizes))
+
+    def bind(self, shard_sizes: Sequence[int], seed: int) -> Shards:
+        sizes = tuple(int(s) for s in shard_sizes)
+        if not sizes or min(sizes) < 0 or sum(sizes) == 0:
+            raise ValueError(
+                f"order='shards': shard_sizes must be non-negative with a positive total; "
+                f"got {list(sizes)[:8]}...; pass a dataset of non-empty shards"
+            )
+        return Shards(self.window, sizes, seed)
+
+    def indices(self, epoch: int, positions: Any) -> np.ndarray:
+        p = _positions(positions, self.n)
+        plan = _shard_plan(self.shard_sizes, self.window, self.seed, epoch)
+        perm_starts, win_starts, win_sizes, starts_of_perm = plan
+        w = np.searchsorted(win_starts, p, side="right") - 1
+        offset = p - win_starts[w]
+        keys = _window_keys(self.seed, epoch, w)
+        q = feistel_permute(offset, win_sizes[w], keys) + win_starts[w]
+        j = np.searchsorted(perm_starts, q, side="right") - 1
+        return (starts_of_perm[j] + (q - perm_starts[j])).astype(np.int64)
+
+    def spec(self) -> str:
+        crc = zlib.crc32(np.asarray(self.shard_sizes, dtype=np.int64).tobytes())
+        return f"shards(window={self.window},shards={len(self.shard_sizes)},sizes={crc:08x})"
+
+
+@functools.lru_cache(maxsize=4)
+def _shard_plan(
+    sizes: tuple[int, ...], window: int, seed: int, epoch: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-epoch tables, O(shards): where each permuted shard and each window starts."""
+    s = len(sizes)
+    size_arr = np.asarray(sizes, dtype=_U64)
+    shard_starts = np.concatenate([[0], np.cumsum(size_arr)[:-1]]).astype(_U64)
+    if s == 1:
+        perm = np.zeros(1, dtype=np.int64)
+    else:
+        keys = _round_keys(seed, (ORDER, epoch, _SHARDS_TAG))
+        perm = feistel_permute(np.arange(s, dtype=_U64), s, keys).astype(np.int64)
+    perm_sizes = size_arr[perm]
+    perm_starts = np.concatenate([[0], np.cumsum(perm_sizes)[:-1]]).astype(_U64)
+    first = np.arange(0, s, window)
+    win_starts = perm_starts[first]
+    win_sizes = np.add.reduceat(perm_sizes, first).astype(_U64)
+    # empty shards make empty windows possible; they are never selected (searchsorted
+    # lands on the last window with that start), but keep their size >= 1 for the maths
+    win_sizes = np.maximum(win_sizes, _U64(1))
+    return perm_starts, win_starts, win_sizes, shard_starts[perm]
+
+
+def _window_keys(seed: int, epoch: int, windows: np.ndarray) -> np.ndarray:
+    base = _key_cached(seed, (ORDER, epoch), 2)
+    w = windows.astype(_U64)
+    rows = [_mix64(_mix64(w ^ _U64(base[0])) ^ _U64(base[1]) ^ _U64(i)) for i in range(_ROUNDS)]
+    return np.stack(rows)
+
+
+def make_order(
+    order: Any, n: int, seed: int, *, shuffle: bool = True, dataset: Any = None
+) -> Order:
+    """Build an order from its name (or an :class:`Order` object), validating both."""
+    where = "order"
+    if not shuffle:
+        return Sequential(n)
+    if isinstance(order, Shards):
+        spec: Any = order
+    elif isinstance(order, str):
+        if order not in ORDERS:
+            raise ValueError(
+                f"{where}: order must be one of {', '.join(map(repr, ORDERS))}; got {order!r}; "
+                f"use 'feistel' (default) unless you must match torch ('torch')"
+            )
+        spec = Shards() if order == "shards" else order
+    else:
+        raise TypeError(
+            f"{where}: order must be a str or seekdata.order.Shards; got {type(order).__name__}"
+        )
+    if spec == "feistel":
+        return Feistel(n, seed)
+    if spec == "torch":
+        return TorchRandperm(n, seed)
+    if spec == "sequential":
+        return Sequential(n)
+    sizes = getattr(dataset, "shard_sizes", None)
+    if sizes is None:
+        raise ValueError(
+            f"{where}: order='shards' needs a dataset with shard_sizes (samples per shard, e.g. "
+            f"seekdata.wds.TarShards); got {type(dataset).__name__} without it; use order='feistel'"
+        )
+    bound = spec.bind(sizes, seed)
+    if bound.n != n:
+        raise ValueError(
+            f"{where}: the dataset's shard_sizes add up to {bound.n} but len(dataset) is {n}; "
+            f"they must agree; rebuild the shard index"
+        )
+    return bound

@@ -1,0 +1,194 @@
+"""Seekable samplers: a drop-in for ``torch.utils.data.DistributedSampler`` with a cursor.
+
+The cursor is (epoch, global position): how many positions of the epoch's global stream
+have been consumed, summed over all ranks. Rank r of W takes positions ``P0 + r + k*W``
+from the position ``P0`` it started at, with torch's padding (repeat from the head) and
+``drop_last`` rules, so the state is identical on every rank, and a state saved with W
+ranks continues the same global stream on W' ranks.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from seekdata import _dist
+from seekdata import state as S
+from seekdata.order import Order, make_order
+from seekdata.rng import check_counter
+
+__all__ = ["DistributedSampler"]
+
+_CHUNK = 4096  # indices computed per vectorised call while iterating
+
+
+def dataset_length(dataset: Any, where: str) -> int:
+    if not isinstance(dataset, Sized):
+        raise TypeError(
+            f"{where}: dataset must have a length (a map-style dataset); got "
+            f"{type(dataset).__name__} without __len__; pass a dataset that defines __len__"
+        )
+    n = len(dataset)
+    if n < 1:
+        raise ValueError(
+            f"{where}: dataset must hold at least 1 sample; got len(dataset) == {n}; "
+            f"check the dataset's path or filter"
+        )
+    return n
+
+
+def _check_bool(value: Any, name: str, where: str) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{where}: {name} must be a bool; got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+class DistributedSampler(torch.utils.data.Sampler[int]):
+    """Drop-in for ``torch.utils.data.DistributedSampler``, seekable in O(1).
+
+    ``set_epoch(e)`` moves the cursor to (e, 0) unless it is already in epoch e (a resumed
+    run keeps its position). After the epoch's last sample the cursor reads (e, n): a
+    ``set_epoch(e)`` there keeps the epoch empty, ``set_epoch(e + 1)`` starts the next one,
+    and an ``iter()`` with no ``set_epoch`` since the end rolls over to (e + 1, 0).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        *,
+        order: Any = "feistel",
+    ) -> None:
+        where = "DistributedSampler"
+        self.dataset = dataset
+        self.n = dataset_length(dataset, where)
+        self.num_replicas, self.rank = _dist.world(num_replicas, rank, where=where)
+        self.shuffle = _check_bool(shuffle, "shuffle", where)
+        self.drop_last = _check_bool(drop_last, "drop_last", where)
+        self.seed = check_counter(seed, "seed", where)
+        self.order: Order = make_order(
+            order, self.n, self.seed, shuffle=self.shuffle, dataset=dataset
+        )
+        self.num_samples = self._local_len(0)
+        self.total_size = self.num_samples * self.num_replicas
+        self.epoch = 0
+        self.position = 0
+        self._explicit = False  # set_epoch/seek since the last iter(): an end is kept, not rolled
+
+    # --- partition maths: pure functions of (n, W, drop_last, start) ---------------------------
+
+    def _local_len(self, start: int) -> int:
+        """Samples each rank takes from global position ``start`` to the end of the epoch."""
+        left = max(self.n - start, 0)
+        w = self.num_replicas
+        return left // w if self.drop_last else -(-left // w)
+
+    def _local_indices(self, epoch: int, start: int, k0: int, k1: int) -> np.ndarray:
+        """This rank's dataset indices for its local steps ``k0 <= k < k1`` from ``start``."""
+        pos = start + self.rank + self.num_replicas * np.arange(k0, k1, dtype=np.int64)
+        return self.order.indices(epoch, pos % self.n)  # positions past n pad from the head
+
+    def _position_after(self, start: int, consumed: int) -> int:
+        """The cursor after each rank consumed ``consumed`` samples from ``start``."""
+        if consumed >= self._local_len(start):
+            return self.n  # the end: the same cursor whatever the world size
+        return start + consumed * self.num_replicas
+
+    def _begin(self) -> tuple[int, int]:
+        """Apply the epoch-end rules at ``iter()``; return (epoch, start position)."""
+        if self.position >= self.n and not self._explicit:
+            self.epoch, self.position = self.epoch + 1, 0
+        self._explicit = False
+        if self._local_len(self.position) == 0:
+            self.position = self.n
+        return self.epoch, self.position
+
+    # --- torch API ------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[int]:
+        epoch, start = self._begin()
+        total = self._local_len(start)
+        for k0 in range(0, total, _CHUNK):
+            k1 = min(k0 + _CHUNK, total)
+            for k, index in enumerate(self._local_indices(epoch, start, k0, k1).tolist(), k0 + 1):
+                # count before yielding: what the caller holds counts as consumed
+                self.position = self._position_after(start, k)
+                yield index
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to (epoch, 0), or keep the position when the cursor is already in ``epoch``."""
+        epoch = check_counter(epoch, "epoch", "DistributedSampler.set_epoch")
+        if epoch != self.epoch:
+            self.epoch, self.position = epoch, 0
+        self._explicit = True
+
+    def seek(self, position: int, epoch: int | None = None) -> None:
+        """Move the cursor to global ``position`` of ``epoch`` (default: the current one)."""
+        where = "DistributedSampler.seek"
+        position = check_counter(position, "position", where)
+        if position > self.n:
+            raise ValueError(
+                f"{where}: position must be in [0, {self.n}] (n means the epoch's end); got "
+                f"{position}; pass a global position, i.e. samples consumed over all ranks"
+            )
+        if epoch is not None:
+            self.epoch = check_counter(epoch, "epoch", where)
+        self.position = position
+        self._explicit = True
+
+    def indices(self, epoch: int, positions: Any) -> np.ndarray:
+        """Dataset indices at global ``positions`` of ``epoch`` (any rank's view): O(1) each."""
+        epoch = check_counter(epoch, "epoch", "DistributedSampler.indices")
+        return self.order.indices(epoch, np.asarray(positions) % self.n)
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def _stream_fields(self) -> dict[str, Any]:
+        return {
+            S.K_N: self.n,
+            S.K_SEED: self.seed,
+            S.K_ORDER: self.order.spec() if self.shuffle else "sequential",
+            S.K_SHUFFLE: self.shuffle,
+            S.K_DROP_LAST: self.drop_last,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The cursor and the fields that define the stream: JSON-native, the same on every rank."""
+        return {
+            S.K_VERSION: S.VERSION,
+            S.K_KIND: "sampler",
+            S.K_EPOCH: self.epoch,
+            S.K_POSITION: self.position,
+            **self._stream_fields(),
+            S.K_WORLD_SIZE: self.num_replicas,
+        }
+
+    def load_state_dict(self, state: Any, strict: bool = True) -> None:
+        """Restore the cursor in O(1). Any world size; the stream fields must match."""
+        where = "DistributedSampler.load_state_dict"
+        expected = {S.K_KIND: "sampler", **self._stream_fields()}
+        self._load_cursor(state, expected, where, strict)
+
+    def _load_cursor(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
+        for message in S.check_state(state, expected, where=where, strict=strict):
+            warnings.warn(message + " (strict=False: continuing)", stacklevel=3)
+        position = state[S.K_POSITION]
+        if position > state[S.K_N]:
+            raise S.StateMismatchError(
+                f"{where}: state[{S.K_POSITION!r}] is {position}, past the epoch's end "
+                f"{state[S.K_N]}; pass an unmodified state_dict()"
+            )
+        self.epoch = state[S.K_EPOCH]
+        self.position = min(position, self.n) if position < state[S.K_N] else self.n
+        self._explicit = False

@@ -1,0 +1,66 @@
+"""Regenerate the golden sequences: `python tests/golden/regenerate.py`.
+
+A change to any golden file is a deliberate break of every user's stream: review it as one.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import torch
+
+import seekdata
+from seekdata.order import Feistel, Shards, TorchRandperm
+
+HERE = pathlib.Path(__file__).parent
+
+RNG_CASES = [(0,), (0, 0), (0, 1), (1, 0), (42, 3, 7), (2**40, 5, 2**33)]
+ORDER_CASES = [
+    (1, 0, 0),
+    (2, 0, 0),
+    (10, 0, 0),
+    (10, 0, 1),
+    (10, 1, 0),
+    (1000, 7, 3),
+    (10**9, 0, 0),
+]
+
+
+def rng_golden() -> dict:
+    out = {}
+    for case in RNG_CASES:
+        key = ",".join(map(str, case))
+        out[key] = {
+            "numpy": seekdata.numpy_generator(*case).integers(0, 2**32, 4).tolist(),
+            "torch": torch.randint(
+                0, 2**31, (4,), generator=seekdata.torch_generator(*case)
+            ).tolist(),
+        }
+    out["sample(3,1,5)"] = seekdata.sample_generator(3, 1, 5).integers(0, 2**32, 4).tolist()
+    return out
+
+
+def order_golden() -> dict:
+    out = {}
+    for n, seed, epoch in ORDER_CASES:
+        pos = np.arange(min(n, 16))
+        out[f"feistel n={n} seed={seed} epoch={epoch}"] = (
+            Feistel(n, seed).indices(epoch, pos).tolist()
+        )
+        if n <= 1000:
+            out[f"torch n={n} seed={seed} epoch={epoch}"] = (
+                TorchRandperm(n, seed).indices(epoch, pos).tolist()
+            )
+    shards = Shards(2).bind([5, 3, 0, 8, 4], 9)
+    out["shards window=2 sizes=5,3,0,8,4 seed=9 epoch=1"] = shards.indices(
+        1, np.arange(shards.n)
+    ).tolist()
+    return out
+
+
+if __name__ == "__main__":
+    (HERE / "rng.json").write_text(json.dumps(rng_golden(), indent=1) + "\n")
+    (HERE / "orders.json").write_text(json.dumps(order_golden(), indent=1) + "\n")
+    print("wrote", HERE / "rng.json", HERE / "orders.json")
