@@ -240,6 +240,7 @@ def test_mismatch_names_field_both_values_and_fix(field, value, kw) -> None:
                 "kind": "sampler",
                 "epoch": "0",
                 "position": 0,
+                "exhausted": False,
                 "n": 10,
                 "seed": 0,
                 "order": "feistel",
@@ -301,3 +302,26 @@ def test_world_from_environment(monkeypatch) -> None:
         DistributedSampler(Sized(10))
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert DistributedSampler(Sized(10)).rank == 0
+
+
+def test_state_saved_after_last_sample_but_before_the_iterator_finished() -> None:
+    """A loop that checkpoints every step saves (e, n) before StopIteration: the resumed
+    loop must first finish epoch e (empty), then roll over, like the uninterrupted loop."""
+    n, epochs = 12, 3
+    ref = DistributedSampler(Sized(n), 1, 0, seed=4)
+    uninterrupted = [list(ref) for _ in range(epochs)]
+
+    s = DistributedSampler(Sized(n), 1, 0, seed=4)
+    it = iter(s)
+    first = [next(it) for _ in range(n)]  # the last sample of epoch 0 is consumed...
+    state = s.state_dict()  # ...and the checkpoint is written before StopIteration
+    assert state["position"] == n and state["exhausted"] is False
+
+    resumed = DistributedSampler(Sized(n), 1, 0, seed=4)
+    resumed.load_state_dict(state)
+    rest = [list(resumed) for _ in range(epochs)]  # the script's loop resumes at epoch 0
+    assert [first + rest[0], *rest[1:]] == uninterrupted
+
+    after = DistributedSampler(Sized(n), 1, 0, seed=4)
+    list(after)  # the loop finished: a checkpoint now says exhausted
+    assert after.state_dict()["exhausted"] is True

@@ -53,7 +53,9 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     ``set_epoch(e)`` moves the cursor to (e, 0) unless it is already in epoch e (a resumed
     run keeps its position). After the epoch's last sample the cursor reads (e, n): a
     ``set_epoch(e)`` there keeps the epoch empty, ``set_epoch(e + 1)`` starts the next one,
-    and an ``iter()`` with no ``set_epoch`` since the end rolls over to (e + 1, 0).
+    and an ``iter()`` with no ``set_epoch`` since the epoch's iterator finished rolls over to
+    (e + 1, 0); a state saved after the last sample but before the iterator finished first
+    yields the (empty) rest of epoch e, exactly as the uninterrupted loop would.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.epoch = 0
         self.position = 0
         self._explicit = False  # set_epoch/seek since the last iter(): an end is kept, not rolled
+        self._exhausted = False  # this epoch's iterator finished: the next iter() may roll over
 
     # --- partition maths: pure functions of (n, W, drop_last, start) ---------------------------
 
@@ -104,9 +107,9 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
 
     def _begin(self) -> tuple[int, int]:
         """Apply the epoch-end rules at ``iter()``; return (epoch, start position)."""
-        if self.position >= self.n and not self._explicit:
+        if self.position >= self.n and self._exhausted and not self._explicit:
             self.epoch, self.position = self.epoch + 1, 0
-        self._explicit = False
+        self._explicit = self._exhausted = False
         if self._local_len(self.position) == 0:
             self.position = self.n
         return self.epoch, self.position
@@ -122,6 +125,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
                 # count before yielding: what the caller holds counts as consumed
                 self.position = self._position_after(start, k)
                 yield index
+        self._exhausted = True
 
     def __len__(self) -> int:
         return self.num_samples
@@ -131,6 +135,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         epoch = check_counter(epoch, "epoch", "DistributedSampler.set_epoch")
         if epoch != self.epoch:
             self.epoch, self.position = epoch, 0
+            self._exhausted = False
         self._explicit = True
 
     def seek(self, position: int, epoch: int | None = None) -> None:
@@ -170,6 +175,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             S.K_KIND: "sampler",
             S.K_EPOCH: self.epoch,
             S.K_POSITION: self.position,
+            S.K_EXHAUSTED: self._exhausted and self.position >= self.n,
             **self._stream_fields(),
             S.K_WORLD_SIZE: self.num_replicas,
         }
@@ -192,3 +198,4 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.epoch = state[S.K_EPOCH]
         self.position = min(position, self.n) if position < state[S.K_N] else self.n
         self._explicit = False
+        self._exhausted = bool(state[S.K_EXHAUSTED]) and self.position >= self.n

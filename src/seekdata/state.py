@@ -23,6 +23,10 @@ K_KIND = "kind"
 K_EPOCH = "epoch"
 #: Global positions of the epoch consumed, summed over all ranks; ``n`` means the epoch ended.
 K_POSITION = "position"
+#: At the epoch's end: whether its iterator already finished (raised StopIteration). Then a
+#: later ``iter()`` with no ``set_epoch`` starts the next epoch; if not, that ``iter()`` first
+#: yields the (empty) rest of this epoch, as the uninterrupted run's loop would.
+K_EXHAUSTED = "exhausted"
 #: Dataset length.
 K_N = "n"
 #: Seed of the order (the sampler's seed).
@@ -54,6 +58,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     K_KIND: str,
     K_EPOCH: int,
     K_POSITION: int,
+    K_EXHAUSTED: bool,
     K_N: int,
     K_SEED: int,
     K_ORDER: str,
@@ -112,7 +117,7 @@ def check_state(
             f"{where}: state has format version {version} but this seekdata reads up to "
             f"{VERSION}; upgrade seekdata to the release that wrote the checkpoint"
         )
-    required = [K_KIND, K_EPOCH, K_POSITION, *expected]
+    required = [K_KIND, K_EPOCH, K_POSITION, K_EXHAUSTED, *expected]
     missing = [k for k in dict.fromkeys(required) if k not in state]
     if missing:
         raise StateMismatchError(

@@ -1,0 +1,105 @@
+"""What runs inside the engine's workers: keyed batches in, samples fetched under their RNG.
+
+The loader's batch sampler yields :class:`BatchKey` objects instead of index lists. torch's
+map-style fetcher hands each one to ``dataset.__getitems__`` (public since torch 2.0), which
+here fetches every sample with global RNG seeded from (seed, epoch, index) and
+:func:`seekdata.sample_rng` pointing at the sample's stream. The collate wrapper then applies
+the batch-level transform with its (seed, epoch, step) stream, in the worker.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from seekdata import rng
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """One batch: its epoch, its step in the epoch (on this rank) and its dataset indices."""
+
+    epoch: int
+    step: int
+    indices: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class _Fetched(list):
+    """The samples of one batch, carrying their key to the collate wrapper."""
+
+    key: BatchKey
+
+
+class KeyedDataset(torch.utils.data.Dataset):
+    """Wraps a map-style dataset so that each fetch runs under the sample's counters."""
+
+    def __init__(self, dataset: Any, seed: int, reseed_global_rng: bool) -> None:
+        self.dataset = dataset
+        self.seed = seed
+        self.reseed_global_rng = reseed_global_rng
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: Any) -> Any:  # batch_size=None: one key per "batch"
+        return self.__getitems__(key)[0] if isinstance(key, BatchKey) else self.dataset[key]
+
+    def __getitems__(self, key: BatchKey) -> list[Any]:
+        in_main = torch.utils.data.get_worker_info() is None
+        saved = rng.capture_globals() if in_main and self.reseed_global_rng else None
+        seeds = (
+            rng.global_seeds(self.seed, key.epoch, np.asarray(key.indices)).tolist()
+            if self.reseed_global_rng
+            else None
+        )
+        out = _Fetched()
+        out.key = key
+        dataset, seed, epoch = self.dataset, self.seed, key.epoch
+        try:
+            for j, index in enumerate(key.indices):
+                rng.enter_sample(seed, epoch, index, seeds[j] if seeds is not None else None)
+                out.append(dataset[index])
+        finally:
+            rng.exit_sample()
+            if saved is not None:  # num_workers=0: leave the caller's global RNG as it was
+                rng.restore_globals(saved)
+        return out
+
+
+def batch_generator(seed: int, key: BatchKey) -> np.random.Generator:
+    """The stream of a batch-level transform: (seed, BATCH, epoch, step, hash of the indices).
+
+    The indices enter as a hash, so ranks at the same step draw differently, and the draw is
+    a function of the batch's content rather than of the world size.
+    """
+    digest = zlib.crc32(np.asarray(key.indices, dtype=np.int64).tobytes())
+    return rng.numpy_generator(seed, rng.BATCH, key.epoch, key.step, digest)
+
+
+class Collate:
+    """Collates a keyed batch, then applies the batch transform with the batch's stream."""
+
+    def __init__(
+        self,
+        collate_fn: Callable[[list[Any]], Any],
+        batch_transform: Callable[[Any, np.random.Generator], Any] | None,
+        seed: int,
+    ) -> None:
+        self.collate_fn = collate_fn
+        self.batch_transform = batch_transform
+        self.seed = seed
+
+    def __call__(self, data: Sequence[Any]) -> Any:
+        key = getattr(data, "key", None)
+        batch = self.collate_fn(list(data) if isinstance(data, _Fetched) else data)  # type: ignore[arg-type]
+        if self.batch_transform is not None and key is not None:
+            batch = self.batch_transform(batch, batch_generator(self.seed, key))
+        return batch

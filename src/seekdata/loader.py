@@ -1,0 +1,257 @@
+"""StatefulDataLoader: torch's DataLoader as the engine, a cursor as the state.
+
+The loader plans each epoch from a seekable sampler's cursor, hands the engine
+:class:`~seekdata._fetch.BatchKey` objects (indices plus counters), and advances the cursor
+only for batches it has handed to the caller. Resume is an O(1) seek: nothing is replayed.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from seekdata import rng
+from seekdata import state as S
+from seekdata._fetch import BatchKey, Collate, KeyedDataset
+from seekdata._plan import ReplayPlan, SeekPlan
+from seekdata.sampler import DistributedSampler, _check_bool, dataset_length
+
+__all__ = ["StatefulDataLoader"]
+
+_ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker base seeds)
+
+
+class _KeyBatches(torch.utils.data.Sampler[BatchKey]):
+    """The engine's batch sampler: yields the batches the loader planned, as keys."""
+
+    def __init__(self, loader: StatefulDataLoader) -> None:
+        self._loader = weakref.proxy(loader)
+
+    def __iter__(self) -> Iterator[BatchKey]:
+        return self._loader._plan.batches()
+
+    def __len__(self) -> int:
+        return self._loader._plan.num_batches
+
+
+class StatefulDataLoader:
+    """A drop-in for ``torch.utils.data.DataLoader`` and torchdata's ``StatefulDataLoader``.
+
+    Adds ``seed`` (keys every sample's and batch's randomness), ``reseed_global_rng`` (seed
+    torch/numpy/``random`` global RNG per sample; turn off when the dataset only uses
+    :func:`seekdata.sample_rng`) and ``batch_transform`` (a ``(batch, rng) -> batch`` callable
+    applied after collation, e.g. MixUp). ``state_dict()`` is a cursor; ``load_state_dict()``
+    is O(1) and accepts another ``num_workers`` or world size.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        seed: int = 0,
+        reseed_global_rng: bool = True,
+        batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
+    ) -> None:
+        where = "StatefulDataLoader"
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            raise TypeError(
+                f"{where}: dataset is an IterableDataset ({type(dataset).__name__}); use "
+                f"seekdata.IterableStatefulDataLoader for iterable datasets, or a map-style dataset"
+            )
+        self.dataset = dataset
+        self.seed = rng.check_counter(seed, "seed", where)
+        self.reseed_global_rng = _check_bool(reseed_global_rng, "reseed_global_rng", where)
+        self.drop_last = _check_bool(drop_last, "drop_last", where)
+        self.in_order = _check_bool(in_order, "in_order", where)
+        if batch_transform is not None and not callable(batch_transform):
+            raise TypeError(f"{where}: batch_transform must be callable (batch, rng) -> batch")
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise ValueError(
+                f"{where}: batch_size must be a positive int or None; got {batch_size!r}"
+            )
+        if generator is not None:
+            warnings.warn(
+                f"{where}: generator= is ignored: order and worker seeds derive from seed="
+                f"{self.seed}; pass seed= to change the stream",
+                stacklevel=2,
+            )
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.prefetch_factor = prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.batch_transform = batch_transform
+        n = dataset_length(dataset, where)
+        self._plan: Any
+        if isinstance(sampler, DistributedSampler) and batch_sampler is None:
+            if shuffle is not None and shuffle is not sampler.shuffle:
+                raise ValueError(
+                    f"{where}: sampler option is mutually exclusive with shuffle; got shuffle="
+                    f"{shuffle}; set shuffle on the sampler"
+                )
+            self.sampler: Any = sampler
+        elif sampler is None and batch_sampler is None:
+            shuffle = bool(shuffle)
+            self.sampler = DistributedSampler(dataset, 1, 0, shuffle=shuffle, seed=self.seed)
+        else:
+            self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        if isinstance(self.sampler, DistributedSampler) and batch_sampler is None:
+            if self.sampler.n != n:
+                raise ValueError(
+                    f"{where}: sampler covers {self.sampler.n} samples but len(dataset) is {n}"
+                )
+            self._plan = SeekPlan(self.sampler, batch_size or 1, self.drop_last)
+        else:
+            self._plan = ReplayPlan(sampler, batch_sampler, batch_size, self.drop_last, n, where)
+        self._keyed = KeyedDataset(dataset, self.seed, self.reseed_global_rng)
+        collate = collate_fn
+        if collate is None:
+            collate = (
+                torch.utils.data.default_collate
+                if batch_size is not None or batch_sampler is not None
+                else torch.utils.data.default_convert
+            )
+        self.collate_fn = collate
+        engine_generator = rng.torch_generator(self.seed, _ENGINE_TAG)
+        self._step = 0  # batches consumed in the current epoch on this rank
+        self._live: weakref.ReferenceType[_LoaderIter] | None = None
+        # batch_size=None: one sample per step without collation, as torch does
+        keys = _KeyBatches(self)
+        per_sample = batch_size is None and batch_sampler is None
+        self._engine = torch.utils.data.DataLoader(
+            self._keyed,
+            batch_size=None if per_sample else 1,  # torch's rule for batch_sampler=
+            sampler=keys if per_sample else None,
+            batch_sampler=None if per_sample else keys,  # type: ignore[arg-type]  # keys, not lists
+            num_workers=num_workers,
+            collate_fn=Collate(collate, batch_transform, self.seed),
+            pin_memory=pin_memory,
+            timeout=timeout,
+            worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context,
+            generator=engine_generator,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+        )
+
+    # --- iteration ------------------------------------------------------------------------------
+
+    def __iter__(self) -> _LoaderIter:
+        self._plan.begin(self._step)
+        self._step = self._plan.step0
+        it = _LoaderIter(self, iter(self._engine))
+        self._live = weakref.ref(it)
+        return it
+
+    def __len__(self) -> int:
+        """Batches in a full epoch on this rank, as torch's DataLoader counts them."""
+        return self._plan.full_len()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Same rules as ``DistributedSampler.set_epoch``: never rewinds a restored epoch."""
+        self._plan.set_epoch(epoch)
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            **self._plan.stream_fields(),
+            S.K_BATCH_SIZE: self.batch_size or 1,
+            S.K_BATCH_DROP_LAST: self.drop_last,
+            S.K_SAMPLE_SEED: self.seed,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The cursor: JSON-native, a few hundred bytes, identical on every rank. Counts only
+        batches already handed to the caller, never prefetched ones. No IPC."""
+        if not self.in_order:
+            raise ValueError(
+                "StatefulDataLoader.state_dict: exact resume needs in_order=True; with "
+                "in_order=False batches reach you out of order, so no cursor says which were "
+                "consumed; pass in_order=True to checkpoint"
+            )
+        epoch, position, exhausted = self._plan.cursor()
+        return {
+            S.K_VERSION: S.VERSION,
+            S.K_KIND: "loader",
+            S.K_EPOCH: epoch,
+            S.K_POSITION: position,
+            S.K_EXHAUSTED: exhausted,
+            S.K_STEP: self._step,
+            **self._fields(),
+            S.K_WORLD_SIZE: self._plan.world_size(),
+        }
+
+    def load_state_dict(self, state: Any, strict: bool = True) -> None:
+        """Restore the cursor in O(1), validating every field; any num_workers or world size."""
+        where = "StatefulDataLoader.load_state_dict"
+        live = self._live() if self._live is not None else None
+        if live is not None and not live._done:
+            raise RuntimeError(
+                f"{where}: an iterator of this loader is still live; load the state before "
+                f"iter(loader) (or exhaust/delete the iterator first)"
+            )
+        expected = {S.K_KIND: "loader", **self._fields()}
+        if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
+            expected = {S.K_KIND: "sampler", **self._plan.stream_fields()}
+        self._plan.load(state, expected, where, strict)
+        step = state.get(S.K_STEP, 0)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise S.StateMismatchError(f"{where}: state['step'] must be an int >= 0; got {step!r}")
+        self._step = step
+
+
+class _LoaderIter:
+    """Wraps the engine's iterator; each batch handed out moves the cursor by one batch."""
+
+    def __init__(self, loader: StatefulDataLoader, engine_iter: Iterator[Any]) -> None:
+        self._loader = loader
+        self._engine_iter = engine_iter
+        self._k = 0
+        self._done = False
+
+    def __iter__(self) -> _LoaderIter:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            batch = next(self._engine_iter)
+        except StopIteration:
+            self._done = True
+            self._loader._plan.consumed(self._k, end=True)
+            raise
+        self._k += 1
+        self._loader._step += 1
+        self._loader._plan.consumed(self._k)
+        return batch
+
+    def __len__(self) -> int:
+        return int(self._loader._plan.num_batches)

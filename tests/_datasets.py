@@ -1,0 +1,54 @@
+"""Datasets shared by the loader tests: augmentation through every kind of RNG."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+import seekdata
+
+
+class GlobalRNGAug(torch.utils.data.Dataset):
+    """Unmodified third-party style: draws from torch, numpy and random global RNG."""
+
+    def __init__(self, n: int = 23) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        x = torch.full((3,), float(i)) + torch.rand(3)
+        return {
+            "index": torch.tensor(i),
+            "x": x,
+            "np": torch.tensor(np.random.rand(2)),
+            "py": torch.tensor(random.random()),
+        }
+
+
+class SampleRNGAug(torch.utils.data.Dataset):
+    """New code: asks for the sample's generator explicitly."""
+
+    def __init__(self, n: int = 23) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        rng = seekdata.sample_rng()
+        return {"index": torch.tensor(i), "x": torch.from_numpy(rng.normal(size=4))}
+
+
+def batches_equal(a: list, b: list) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.keys() != y.keys():
+            return False
+        if not all(torch.equal(x[k], y[k]) for k in x):
+            return False
+    return True

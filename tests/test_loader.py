@@ -1,0 +1,384 @@
+"""StatefulDataLoader: exact resume under any worker count, persistent workers and epoch ends."""
+
+from __future__ import annotations
+
+import functools
+import io
+import itertools
+import json
+import random
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import seekdata
+from seekdata.testing import assert_exact_resume, first_difference
+from tests._datasets import GlobalRNGAug, SampleRNGAug, batches_equal
+
+
+def make(ds_cls=GlobalRNGAug, n=10, num_workers=0, persistent_workers=False, **kw):
+    return seekdata.StatefulDataLoader(
+        ds_cls(n),
+        batch_size=3,
+        shuffle=True,
+        seed=5,
+        num_workers=num_workers,
+        persistent_workers=persistent_workers and num_workers > 0,
+        **kw,
+    )
+
+
+MATRIX = list(itertools.product([0, 1, 2], [False, True], [GlobalRNGAug, SampleRNGAug]))
+
+
+@pytest.mark.parametrize(
+    "workers, persistent, ds_cls",
+    MATRIX,
+    ids=[f"w{w}-{'persist' if p else 'fresh'}-{d.__name__}" for w, p, d in MATRIX],
+)
+def test_exactness_matrix(workers, persistent, ds_cls) -> None:
+    """Every step of two epochs (epoch ends included), resumed on another worker count."""
+    factory = functools.partial(
+        make, ds_cls, 10, num_workers=workers, persistent_workers=persistent
+    )
+    resume_workers = (workers + 2) % 3
+    checked = assert_exact_resume(
+        factory,
+        epochs=2,
+        resume_kwargs={
+            "num_workers": resume_workers,
+            "persistent_workers": persistent and resume_workers > 0,
+        },
+    )
+    assert checked == 2 * 4 + 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_set_epoch_loop_is_exact_too(workers) -> None:
+    assert_exact_resume(
+        functools.partial(make, GlobalRNGAug, 10, num_workers=workers), epochs=3, set_epoch=True
+    )
+
+
+def test_augmentation_does_not_depend_on_worker_count() -> None:
+    runs = [list(make(num_workers=w)) for w in (0, 1, 2)]
+    assert batches_equal(runs[0], runs[1]) and batches_equal(runs[0], runs[2])
+    # ... and a sample's randomness is its own: the same index gets the same noise
+    # whichever batch or epoch position it lands in within an epoch
+    by_index = {}
+    for batch in runs[0]:
+        for i, x in zip(batch["index"].tolist(), batch["x"], strict=True):
+            by_index[i] = x
+    with seekdata.rng.sample_scope(5, 0, 7):
+        expected = torch.full((3,), 7.0) + torch.rand(3)
+    assert torch.equal(by_index[7], expected)
+
+
+def test_epochs_reshuffle_and_reaugment() -> None:
+    loader = make()
+    e0, e1 = list(loader), list(loader)
+    assert not torch.equal(torch.cat([b["index"] for b in e0]), torch.cat([b["index"] for b in e1]))
+    assert sorted(torch.cat([b["index"] for b in e1]).tolist()) == list(range(10))
+    x0 = {int(i): x for b in e0 for i, x in zip(b["index"], b["x"], strict=True)}
+    x1 = {int(i): x for b in e1 for i, x in zip(b["index"], b["x"], strict=True)}
+    assert not torch.equal(x0[3], x1[3])  # a new epoch draws new augmentation
+
+
+def test_main_process_global_rng_untouched_and_never_drawn() -> None:
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    loader = make()
+    for _ in loader:
+        pass
+    list(iter(loader))
+    after = (torch.rand(2), np.random.rand(), random.random())
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    assert torch.equal(after[0], torch.rand(2)) and after[1:] == (np.random.rand(), random.random())
+
+
+def test_dropout_after_resume_is_undisturbed() -> None:
+    """torch's loaders draw a base seed from global RNG at every iter(); ours never do, so a
+    model's Dropout sees the same numbers whether or not the loader was resumed."""
+
+    def train(resume_after: int | None) -> list[torch.Tensor]:
+        torch.manual_seed(1)
+        drop = torch.nn.Dropout(0.5)
+        loader = make()
+        outs = []
+        it = iter(loader)
+        for k, batch in enumerate(it):
+            outs.append(drop(batch["x"]))
+            if resume_after is not None and k + 1 == resume_after:
+                state = loader.state_dict()
+                rng_state = torch.get_rng_state()
+                loader = make()
+                loader.load_state_dict(state)
+                torch.set_rng_state(rng_state)
+                outs.extend(drop(b["x"]) for b in loader)
+                break
+        return outs
+
+    ref = train(None)
+    for k in (1, 2):
+        got = train(k)
+        assert len(got) == len(ref) and all(
+            torch.equal(a, b) for a, b in zip(ref, got, strict=True)
+        )
+
+
+def test_world_size_change_continues_the_global_stream() -> None:
+    ds = GlobalRNGAug(24)
+
+    def loaders(world):
+        return [
+            seekdata.StatefulDataLoader(
+                ds, batch_size=2, sampler=seekdata.DistributedSampler(ds, world, r, seed=1), seed=1
+            )
+            for r in range(world)
+        ]
+
+    two = loaders(2)
+    iters = [iter(x) for x in two]
+    seen = [next(it) for it in iters for _ in range(2)]  # 2 steps on each of 2 ranks
+    state = two[0].state_dict()
+    assert state == two[1].state_dict() and state["position"] == 8
+    three = loaders(3)
+    for x in three:
+        x.load_state_dict(json.loads(json.dumps(state)))
+    rest = [b for x in three for b in x]
+    got = torch.cat([b["index"] for b in seen + rest]).tolist()
+    # 8 consumed + 16 remaining = the epoch; 16 over 3 ranks pads 2 from the epoch's head
+    assert set(got) == set(range(24)) and len(got) == 24 + 2
+    # the same sample gets the same augmentation on any world size
+    x_by = {int(i): x for b in seen + rest for i, x in zip(b["index"], b["x"], strict=True)}
+    ref = {
+        int(i): x
+        for b in seekdata.StatefulDataLoader(ds, batch_size=4, seed=1)
+        for i, x in zip(b["index"], b["x"], strict=True)
+    }
+    assert all(torch.equal(x_by[i], ref[i]) for i in range(24))
+
+
+def test_state_is_small_json_and_weights_only_loadable() -> None:
+    loader = make(num_workers=2)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert json.loads(json.dumps(state)) == state and len(json.dumps(state)) <= 512
+    buf = io.BytesIO()
+    torch.save({"loader": state}, buf)
+    buf.seek(0)
+    assert torch.load(buf, weights_only=True)["loader"] == state
+    assert state["position"] == 3 and state["step"] == 1  # prefetched batches do not count
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("n", 11),
+        ("seed", 6),
+        ("sample_seed", 6),
+        ("batch_size", 4),
+        ("shuffle", False),
+        ("order", "torch"),
+        ("batch_drop_last", True),
+        ("kind", "something"),
+    ],
+)
+def test_mismatched_states_name_the_field(field, value) -> None:
+    state = make().state_dict()
+    state[field] = value
+    with pytest.raises(seekdata.StateMismatchError, match=field):
+        make().load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    "state, error, match",
+    [
+        ({}, seekdata.StateMismatchError, "state is empty"),
+        ("x", TypeError, "state must be a dict"),
+        ({"epoch": 1, "position": 0}, seekdata.StateMismatchError, "no 'seekdata' version key"),
+        (
+            {"seekdata": 2, "kind": "loader", "epoch": 0, "position": 0},
+            seekdata.StateMismatchError,
+            "upgrade seekdata",
+        ),
+    ],
+)
+def test_bad_states(state, error, match) -> None:
+    loader = make()
+    before = loader.state_dict()
+    with pytest.raises(error, match=match):
+        loader.load_state_dict(state)
+    assert loader.state_dict() == before
+
+
+def test_missing_key_is_named() -> None:
+    state = make().state_dict()
+    del state["batch_size"]
+    with pytest.raises(seekdata.StateMismatchError, match="missing 'batch_size'"):
+        make().load_state_dict(state)
+
+
+def test_load_while_an_iterator_is_live_is_an_error() -> None:
+    loader = make()
+    it = iter(loader)
+    next(it)
+    with pytest.raises(RuntimeError, match="still live"):
+        loader.load_state_dict(loader.state_dict())
+    list(it)  # exhausted: loading is fine again
+    loader.load_state_dict(loader.state_dict())
+
+
+def test_a_world_size_or_worker_change_is_accepted() -> None:
+    state = make().state_dict()
+    state["world_size"] = 8
+    make(num_workers=1).load_state_dict(state)
+
+
+def test_unseekable_sampler_replays_indices_only_and_warns() -> None:
+    ds = GlobalRNGAug(12)
+
+    def build():
+        return seekdata.StatefulDataLoader(
+            ds, batch_size=2, sampler=list(reversed(range(12))), seed=2
+        )
+
+    ref = list(build())
+    first = build()
+    it = iter(first)
+    head = [next(it) for _ in range(3)]
+    state = first.state_dict()
+    resumed = build()
+    resumed.load_state_dict(state)
+    with pytest.warns(UserWarning, match="cannot seek"):
+        rest = list(resumed)
+    assert batches_equal(ref, head + rest)
+
+
+def test_torch_distributed_sampler_works_as_replay() -> None:
+    ds = GlobalRNGAug(12)
+    sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1, seed=3)
+    loader = seekdata.StatefulDataLoader(ds, batch_size=2, sampler=sampler, seed=3)
+    loader.set_epoch(1)
+    ref = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1, seed=3)
+    ref.set_epoch(1)
+    assert torch.cat([b["index"] for b in loader]).tolist() == list(ref)
+
+
+def test_batch_size_none_and_batch_sampler() -> None:
+    ds = GlobalRNGAug(5)
+    single = list(seekdata.StatefulDataLoader(ds, batch_size=None, seed=0))
+    assert len(single) == 5 and single[0]["x"].shape == (3,)
+    bs = torch.utils.data.BatchSampler(range(5), 2, False)
+    batched = list(seekdata.StatefulDataLoader(ds, batch_sampler=bs, seed=0))
+    assert [b["index"].tolist() for b in batched] == [[0, 1], [2, 3], [4]]
+
+
+def test_drop_last_and_len() -> None:
+    loader = seekdata.StatefulDataLoader(GlobalRNGAug(10), batch_size=3, drop_last=True, seed=0)
+    assert len(loader) == 3 and len(list(loader)) == 3
+    assert loader.state_dict()["position"] == 10  # the dropped tail is part of the ended epoch
+    assert len(seekdata.StatefulDataLoader(GlobalRNGAug(10), batch_size=3)) == 4
+
+
+def test_in_order_false_refuses_to_checkpoint() -> None:
+    loader = make(in_order=False)
+    with pytest.raises(ValueError, match="in_order=True"):
+        loader.state_dict()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="mutually exclusive with shuffle"):
+        seekdata.StatefulDataLoader(
+            GlobalRNGAug(4),
+            sampler=seekdata.DistributedSampler(GlobalRNGAug(4), 1, 0, shuffle=False),
+            shuffle=True,
+        )
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        seekdata.StatefulDataLoader(GlobalRNGAug(4), batch_size=0)
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        seekdata.StatefulDataLoader(GlobalRNGAug(4), seed=-2)
+    with pytest.raises(TypeError, match="IterableDataset"):
+        seekdata.StatefulDataLoader(torch.utils.data.IterableDataset())
+    with pytest.raises(ValueError, match="at least 1 sample"):
+        seekdata.StatefulDataLoader([])
+
+
+def test_first_difference_reports_field_and_size() -> None:
+    a = {"x": torch.zeros(3), "y": [1, 2]}
+    b = {"x": torch.tensor([0.0, 0.5, 0.0]), "y": [1, 2]}
+    assert first_difference(a, b) == "batch['x']: values differ, max |difference| = 0.5"
+
+    class OwnRNG(GlobalRNGAug):  # keeps a stateful generator of its own: not resumable
+        def __init__(self, n):
+            super().__init__(n)
+            self.rng = np.random.RandomState(0)
+
+        def __getitem__(self, i):
+            return {"index": torch.tensor(i), "x": torch.tensor(self.rng.rand())}
+
+    def bad_factory(**kw):
+        return seekdata.StatefulDataLoader(OwnRNG(6), batch_size=2, seed=0, **kw)
+
+    with pytest.raises(AssertionError, match=r"diverges at step 1: batch\['x'\]: values differ"):
+        assert_exact_resume(bad_factory, epochs=1, stop_at=[1])
+
+
+def test_resume_in_a_fresh_interpreter(tmp_path) -> None:
+    script = textwrap.dedent("""
+        import json, sys, torch
+        sys.path.insert(0, %r)
+        import seekdata
+        from tests._datasets import GlobalRNGAug
+        loader = seekdata.StatefulDataLoader(GlobalRNGAug(10), batch_size=3, shuffle=True,
+                                             seed=5, num_workers=int(sys.argv[2]))
+        if sys.argv[1] == "save":
+            it = iter(loader)
+            for _ in range(2):
+                next(it)
+            print(json.dumps(loader.state_dict()))
+        else:
+            loader.load_state_dict(json.loads(sys.stdin.read()))
+            torch.save([b for b in loader], sys.argv[3])
+    """) % str(__import__("pathlib").Path(__file__).resolve().parents[1])
+    path = tmp_path / "s.py"
+    path.write_text(script)
+    saved = subprocess.run(
+        [sys.executable, str(path), "save", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    out = tmp_path / "rest.pt"
+    subprocess.run(
+        [sys.executable, str(path), "load", "2", str(out)],
+        input=saved,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    rest = torch.load(out, weights_only=True)
+    ref = list(make())
+    assert batches_equal(ref[2:], rest)
+
+
+@pytest.mark.parametrize(
+    "n, b, drop_last", [(10, 3, False), (10, 3, True), (9, 3, False), (1, 4, False)]
+)
+def test_each_epoch_is_the_dataset_once(n, b, drop_last) -> None:
+    loader = seekdata.StatefulDataLoader(
+        GlobalRNGAug(n), batch_size=b, shuffle=True, drop_last=drop_last, seed=0
+    )
+    for _ in range(3):
+        got = torch.cat([x["index"] for x in loader]).tolist()
+        assert len(got) == len(set(got)) == (n // b * b if drop_last else n)
