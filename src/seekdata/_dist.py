@@ -82,3 +82,10 @@ def rank_or_zero() -> int:
     if pg_initialized():
         return dist.get_rank()
     return _env_int("RANK", "rank") or 0
+
+
+def world_size_or_one() -> int:
+    """World size from the process group, then ``WORLD_SIZE``, else 1 (informational use)."""
+    if pg_initialized():
+        return dist.get_world_size()
+    return _env_int("WORLD_SIZE", "world size") or 1

@@ -18,6 +18,7 @@ import torch.utils.data
 from seekdata import rng
 from seekdata import state as S
 from seekdata._fetch import BatchKey, Collate, KeyedDataset
+from seekdata._iterable import IterableEngine
 from seekdata._plan import ReplayPlan, SeekPlan
 from seekdata.sampler import DistributedSampler, _check_bool, dataset_length
 
@@ -74,11 +75,7 @@ class StatefulDataLoader:
         batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
     ) -> None:
         where = "StatefulDataLoader"
-        if isinstance(dataset, torch.utils.data.IterableDataset):
-            raise TypeError(
-                f"{where}: dataset is an IterableDataset ({type(dataset).__name__}); use "
-                f"seekdata.IterableStatefulDataLoader for iterable datasets, or a map-style dataset"
-            )
+        self._iterable: IterableEngine | None = None
         self.dataset = dataset
         self.seed = rng.check_counter(seed, "seed", where)
         self.reseed_global_rng = _check_bool(reseed_global_rng, "reseed_global_rng", where)
@@ -106,6 +103,37 @@ class StatefulDataLoader:
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = persistent_workers
         self.batch_transform = batch_transform
+        self._live: weakref.ReferenceType[_LoaderIter] | None = None
+        self._step = 0  # batches consumed in the current epoch on this rank
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            if sampler is not None or batch_sampler is not None or shuffle:
+                raise ValueError(
+                    f"{where}: an IterableDataset decides its own order, so sampler, "
+                    f"batch_sampler and shuffle must be unset; got sampler={sampler!r}, "
+                    f"batch_sampler={batch_sampler!r}, shuffle={shuffle!r}"
+                )
+            self.sampler: Any = None
+            self.batch_sampler: Any = None
+            self.collate_fn = collate_fn
+            self._iterable = IterableEngine(
+                dataset,
+                self.seed,
+                dict(
+                    batch_size=batch_size,
+                    num_workers=num_workers,
+                    collate_fn=collate_fn,
+                    pin_memory=pin_memory,
+                    drop_last=drop_last,
+                    timeout=timeout,
+                    worker_init_fn=worker_init_fn,
+                    multiprocessing_context=multiprocessing_context,
+                    prefetch_factor=prefetch_factor,
+                    persistent_workers=persistent_workers,
+                    pin_memory_device=pin_memory_device,
+                    in_order=in_order,
+                ),
+            )
+            return
         n = dataset_length(dataset, where)
         self._plan: Any
         if isinstance(sampler, DistributedSampler) and batch_sampler is None:
@@ -114,7 +142,7 @@ class StatefulDataLoader:
                     f"{where}: sampler option is mutually exclusive with shuffle; got shuffle="
                     f"{shuffle}; set shuffle on the sampler"
                 )
-            self.sampler: Any = sampler
+            self.sampler = sampler
         elif sampler is None and batch_sampler is None:
             shuffle = bool(shuffle)
             self.sampler = DistributedSampler(dataset, 1, 0, shuffle=shuffle, seed=self.seed)
@@ -139,8 +167,6 @@ class StatefulDataLoader:
             )
         self.collate_fn = collate
         engine_generator = rng.torch_generator(self.seed, _ENGINE_TAG)
-        self._step = 0  # batches consumed in the current epoch on this rank
-        self._live: weakref.ReferenceType[_LoaderIter] | None = None
         # batch_size=None: one sample per step without collation, as torch does
         keys = _KeyBatches(self)
         per_sample = batch_size is None and batch_sampler is None
@@ -164,7 +190,9 @@ class StatefulDataLoader:
 
     # --- iteration ------------------------------------------------------------------------------
 
-    def __iter__(self) -> _LoaderIter:
+    def __iter__(self) -> Iterator[Any]:
+        if self._iterable is not None:
+            return iter(self._iterable)
         self._plan.begin(self._step)
         self._step = self._plan.step0
         it = _LoaderIter(self, iter(self._engine))
@@ -173,10 +201,15 @@ class StatefulDataLoader:
 
     def __len__(self) -> int:
         """Batches in a full epoch on this rank, as torch's DataLoader counts them."""
-        return self._plan.full_len()
+        if self._iterable is not None:
+            return len(self._iterable.engine)
+        return int(self._plan.full_len())
 
     def set_epoch(self, epoch: int) -> None:
         """Same rules as ``DistributedSampler.set_epoch``: never rewinds a restored epoch."""
+        if self._iterable is not None:
+            self._iterable.set_epoch(epoch)
+            return
         self._plan.set_epoch(epoch)
 
     # --- state ----------------------------------------------------------------------------------
@@ -192,6 +225,8 @@ class StatefulDataLoader:
     def state_dict(self) -> dict[str, Any]:
         """The cursor: JSON-native, a few hundred bytes, identical on every rank. Counts only
         batches already handed to the caller, never prefetched ones. No IPC."""
+        if self._iterable is not None:
+            return self._iterable.state_dict()
         if not self.in_order:
             raise ValueError(
                 "StatefulDataLoader.state_dict: exact resume needs in_order=True; with "
@@ -213,6 +248,9 @@ class StatefulDataLoader:
     def load_state_dict(self, state: Any, strict: bool = True) -> None:
         """Restore the cursor in O(1), validating every field; any num_workers or world size."""
         where = "StatefulDataLoader.load_state_dict"
+        if self._iterable is not None:
+            self._iterable.load_state_dict(state, strict)
+            return
         live = self._live() if self._live is not None else None
         if live is not None and not live._done:
             raise RuntimeError(
