@@ -89,3 +89,8 @@ def world_size_or_one() -> int:
     if pg_initialized():
         return dist.get_world_size()
     return _env_int("WORLD_SIZE", "world size") or 1
+
+
+def local_rank() -> int | None:
+    """``LOCAL_RANK`` (set by torchrun), or None."""
+    return _env_int("LOCAL_RANK", "local rank")

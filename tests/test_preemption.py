@@ -1,0 +1,131 @@
+"""PreemptionHandler: a flag set by a signal, agreed by all ranks at a step boundary."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+
+from seekdata.preemption import PreemptionHandler
+from tests._ckpt_launch import gloo_job
+
+
+@pytest.fixture(autouse=True)
+def _default_usr1():
+    """Every test starts and ends with SIGUSR1 at its default (terminate), as in a fresh job."""
+    before = signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGUSR1, before)
+
+
+def test_signal_sets_the_flag_and_should_stop_stays_true() -> None:
+    with PreemptionHandler() as preemption:
+        assert preemption.received is None and not preemption.should_stop()
+        signal.raise_signal(signal.SIGUSR1)  # runs the Python handler before returning
+        assert preemption.received == signal.SIGUSR1
+        assert preemption.should_stop() and preemption.should_stop()
+        signal.raise_signal(signal.SIGTERM)  # handled too; the first signal is kept
+        assert preemption.received == signal.SIGUSR1
+
+
+def test_close_restores_the_previous_handlers() -> None:
+    calls: list[int] = []
+
+    def mine(signum: int, frame: object) -> None:
+        calls.append(signum)
+
+    signal.signal(signal.SIGUSR1, mine)
+    before_term = signal.getsignal(signal.SIGTERM)
+    preemption = PreemptionHandler()
+    signal.raise_signal(signal.SIGUSR1)
+    assert calls == [] and preemption.received == signal.SIGUSR1  # the handler only flags
+    preemption.close()
+    preemption.close()  # idempotent
+    assert signal.getsignal(signal.SIGUSR1) is mine
+    assert signal.getsignal(signal.SIGTERM) == before_term
+    signal.raise_signal(signal.SIGUSR1)
+    assert calls == [signal.SIGUSR1]
+
+
+def test_a_handler_installed_later_is_left_in_place() -> None:
+    def later(signum: int, frame: object) -> None:
+        pass
+
+    with PreemptionHandler(signals=(signal.SIGUSR1,)):
+        signal.signal(signal.SIGUSR1, later)
+    assert signal.getsignal(signal.SIGUSR1) is later
+
+
+def test_only_the_listed_signals_are_handled() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with PreemptionHandler(signals=[signal.SIGUSR1]) as preemption:
+        assert signal.getsignal(signal.SIGTERM) == before
+        assert preemption.signals == (signal.SIGUSR1,)
+        assert "SIGUSR1" in repr(preemption)
+
+
+@pytest.mark.parametrize(
+    ("signals", "error", "match"),
+    [
+        (signal.SIGUSR1, TypeError, "signals must be a tuple of signals; got Signals"),
+        ((), ValueError, "at least one signal"),
+        ((signal.SIGKILL,), ValueError, "must be catchable; got SIGKILL"),
+        (("SIGUSR1",), TypeError, "each signal must be a signal.Signals; got str"),
+        ((10_000,), ValueError, "valid signal number; got 10000"),
+    ],
+)
+def test_bad_signals(signals: object, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        PreemptionHandler(signals=signals)  # type: ignore[arg-type]
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # nothing left installed
+
+
+def test_must_be_created_in_the_main_thread() -> None:
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            PreemptionHandler()
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=create, name="worker")
+    thread.start()
+    thread.join()
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert "main thread" in str(errors[0]) and "'worker'" in str(errors[0])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_children_ignore_the_notice_but_still_stop_on_sigterm() -> None:
+    with PreemptionHandler():
+        statuses = []
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            with warnings.catch_warnings():  # Python 3.12+ warns about fork with threads
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: like a DataLoader worker forked after installation
+                try:
+                    signal.raise_signal(sig)
+                finally:
+                    os._exit(0)
+            statuses.append(os.waitpid(pid, 0)[1])
+    usr1, term = statuses
+    assert os.WIFEXITED(usr1) and os.WEXITSTATUS(usr1) == 0  # ignored: the worker lives on
+    assert os.WIFSIGNALED(term) and os.WTERMSIG(term) == signal.SIGTERM
+
+
+def test_signal_to_one_rank_stops_both_at_the_same_step(tmp_path: Path) -> None:
+    with gloo_job("_train_preempt_worker.py", tmp_path) as job:
+        job.wait_for("ready0", "ready1")  # both ranks have installed the handler
+        job.signal(1, signal.SIGUSR1)
+        rank0, rank1 = job.results()
+    assert rank0["received"] is None and rank1["received"] == "SIGUSR1"
+    assert rank0["stopped_at"] == rank1["stopped_at"] >= 1
+    assert rank0["checkpoint_step"] == rank1["checkpoint_step"] == rank0["stopped_at"]
+    assert rank0["checkpoint_by"] == rank1["checkpoint_by"] == 0
+    assert rank0["restored"] and rank1["restored"]
