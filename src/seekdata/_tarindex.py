@@ -1,0 +1,409 @@
+"""Byte-offset indexes of webdataset tar shards (scanned with :mod:`tarfile`).
+
+An index lists each sample's ``__key__`` and each member's extension, data offset and
+size, grouped as webdataset groups them. It is a JSON file beside the shard
+(``<shard>.seekdata-index.json``) or under ``index_dir``, stamped with the shard's size
+and mtime. Missing or unreadable: built. Same stamp: used without reading the shard.
+Same size, new mtime: rescanned, and kept if no sample moved. Otherwise the shard
+changed: a ``ValueError`` naming it, unless ``rebuild=True``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import stat
+import subprocess
+import tarfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+from webdataset.tariterators import base_plus_ext
+
+#: ``format`` field of every index file.
+INDEX_FORMAT = "seekdata-wds-index"
+#: Bumped whenever the index layout changes; other versions are rebuilt.
+INDEX_VERSION = 1
+#: Appended to a shard's file name to name its index.
+INDEX_SUFFIX = ".seekdata-index.json"
+
+# webdataset.tariterators.tar_file_iterator's default ``skip_meta``.
+_SKIP_META = re.compile(r"__[^/]*__($|/)")
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):")
+_BLOCK = tarfile.BLOCKSIZE
+
+
+@dataclass(frozen=True, eq=False)
+class ShardIndex:
+    """Samples of one shard: keys, and each member's extension, data offset and size."""
+
+    size: int  #: shard size in bytes when indexed
+    mtime_ns: int  #: shard mtime when indexed
+    keys: list[str]  #: ``__key__`` of each sample, in tar order
+    exts: list[str]  #: table of extensions; ``member_ext`` indexes into it
+    starts: np.ndarray  #: int64, ``len(keys) + 1``: sample i owns members starts[i]:starts[i+1]
+    member_ext: np.ndarray  #: int64 index into ``exts``
+    offsets: np.ndarray  #: int64 data offset of each member
+    sizes: np.ndarray  #: int64 data size of each member
+
+    def same_layout(self, other: ShardIndex) -> bool:
+        """Whether both describe the same samples at the same offsets (stamps aside)."""
+        mine, theirs = self.to_json(""), other.to_json("")
+        return all(mine[k] == theirs[k] for k in mine if k not in ("size", "mtime_ns"))
+
+    def to_json(self, shard: str) -> dict[str, Any]:
+        return {
+            "format": INDEX_FORMAT,
+            "version": INDEX_VERSION,
+            "shard": shard,
+            "size": self.size,
+            "mtime_ns": self.mtime_ns,
+            "keys": self.keys,
+            "exts": self.exts,
+            "members_per_sample": np.diff(self.starts).tolist(),
+            "member_ext": self.member_ext.tolist(),
+            "offsets": self.offsets.tolist(),
+            "sizes": self.sizes.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ShardIndex | None:
+        """The index in ``doc``, or None when it is not a readable index of this version."""
+        try:
+            if doc["format"] != INDEX_FORMAT or doc["version"] != INDEX_VERSION:
+                return None
+            counts = np.asarray(doc["members_per_sample"], dtype=np.int64)
+            index = cls(
+                size=int(doc["size"]),
+                mtime_ns=int(doc["mtime_ns"]),
+                keys=[str(k) for k in doc["keys"]],
+                exts=[str(e) for e in doc["exts"]],
+                starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                member_ext=np.asarray(doc["member_ext"], dtype=np.int64),
+                offsets=np.asarray(doc["offsets"], dtype=np.int64),
+                sizes=np.asarray(doc["sizes"], dtype=np.int64),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        n = int(index.starts[-1])
+        sound = (
+            len(index.keys) == len(counts)
+            and len(index.member_ext) == len(index.offsets) == len(index.sizes) == n
+            and all(0 <= e < len(index.exts) for e in set(index.member_ext.tolist()))
+        )
+        return index if sound else None
+
+
+@dataclass(frozen=True, eq=False)
+class Shard:
+    """One shard: its URL as given, the local file read (absolute), and its index."""
+
+    url: str
+    path: str
+    index: ShardIndex
+    #: ``__local_path__`` of its samples, as webdataset sets it: None for ``pipe:`` shards
+    local_path: str | None
+
+
+def expand_urls(urls: object) -> list[str]:
+    """Shard URLs from a brace pattern (``"shards-{000..099}.tar"``), a path, or a list."""
+    import braceexpand
+
+    if isinstance(urls, str):
+        out = list(braceexpand.braceexpand(urls))
+    elif isinstance(urls, os.PathLike):
+        out = [os.fspath(urls)]
+    elif isinstance(urls, Iterable) and not isinstance(urls, (bytes, bytearray)):
+        out = [os.fspath(u) if isinstance(u, os.PathLike) else u for u in urls]
+    else:
+        raise TypeError(
+            "urls: expected a brace pattern such as 'shards-{000..099}.tar', a path, "
+            f"or a list of paths, got {type(urls).__name__}"
+        )
+    for url in out:
+        if not isinstance(url, str):
+            raise TypeError(f"urls: every shard must be a str or os.PathLike path, got {url!r}")
+    if not out or "" in out:
+        raise ValueError(
+            f"urls: expected at least one shard, got {urls!r}, which names none "
+            "(or an empty path); pass a brace pattern such as 'shards-{000..099}.tar' "
+            "or a list of paths"
+        )
+    return out
+
+
+def index_path(path: str, index_dir: str | None) -> str:
+    """Where the index of the local shard ``path`` lives."""
+    if index_dir is None:
+        return path + INDEX_SUFFIX
+    real = os.path.realpath(path)
+    digest = hashlib.sha256(real.encode()).hexdigest()[:16]
+    return os.path.join(index_dir, f"{os.path.basename(real)}.{digest}{INDEX_SUFFIX}")
+
+
+def scan_shard(path: str, url: str) -> ShardIndex:
+    """Index one local tar shard by reading its headers with :mod:`tarfile`."""
+    st = os.stat(path)
+    keys: list[str] = []
+    exts: dict[str, int] = {}
+    starts: list[int] = []  # member index where each sample starts, then the end
+    member_ext: list[int] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    current: set[str] = set()
+    with open(path, "rb") as f:
+        magic = f.read(8)
+        for prefix, kind in _COMPRESSED.items():
+            if magic.startswith(prefix):
+                raise ValueError(
+                    f"shard {url}: random access needs an uncompressed tar, but this one is "
+                    f"{kind}-compressed; decompress it (e.g. `gunzip`) and index the .tar"
+                )
+        f.seek(0)
+        try:
+            tar = tarfile.open(fileobj=f, mode="r:")  # noqa: SIM115 - the open must be in try
+        except tarfile.TarError as exc:
+            raise ValueError(
+                f"shard {url} is not a readable tar file ({exc}): it is truncated, corrupt, "
+                "or not a tar; check the path, or rewrite the shard"
+            ) from exc
+        with tar:
+            for info in _sample_members(tar, url):
+                key, ext = base_plus_ext(info.name)
+                if key is None:
+                    continue
+                ext = ext.lower()
+                if not keys or key != keys[-1]:
+                    keys.append(key)
+                    starts.append(len(offsets))
+                    current = set()
+                if ext in current:
+                    raise ValueError(
+                        f"shard {url}: sample {key!r} has two members with extension {ext!r} "
+                        f"(at {info.name!r}); each extension may appear once per sample"
+                    )
+                current.add(ext)
+                member_ext.append(exts.setdefault(ext, len(exts)))
+                offsets.append(info.offset_data)
+                sizes.append(info.size)
+                tar.members = []  # type: ignore[attr-defined]  # not in typeshed; keeps memory flat
+            end = tar.offset
+        f.seek(end)
+        if f.read(_BLOCK) != bytes(_BLOCK):
+            raise ValueError(_truncated(url, f"no end-of-archive marker at byte {end}"))
+    starts.append(len(offsets))
+    return ShardIndex(
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        keys=keys,
+        exts=list(exts),
+        starts=np.asarray(starts, dtype=np.int64),
+        member_ext=np.asarray(member_ext, dtype=np.int64),
+        offsets=np.asarray(offsets, dtype=np.int64),
+        sizes=np.asarray(sizes, dtype=np.int64),
+    )
+
+
+def _sample_members(tar: tarfile.TarFile, url: str) -> Iterator[tarfile.TarInfo]:
+    """The members webdataset's ``tar_file_iterator`` keeps, in tar order."""
+    while True:
+        try:
+            info = tar.next()
+        except tarfile.TarError as exc:
+            raise ValueError(_truncated(url, str(exc))) from exc
+        if info is None:
+            return
+        name = info.name
+        if not info.isreg() or (name.startswith("__") and name.endswith("__") and "/" not in name):
+            continue
+        if info.issparse():
+            raise ValueError(
+                f"shard {url}: member {name!r} is a sparse file, whose bytes are not stored "
+                "contiguously; rewrite the shard without sparse members"
+            )
+        if not _SKIP_META.match(name):
+            yield info
+
+
+def rebuild_hint(url: str) -> str:
+    """How to rebuild the index of the shard ``url``, for error messages."""
+    return (
+        f"rebuild its index with `seekdata index {url!r} --force` "
+        "or TarShards(..., rebuild_index=True)"
+    )
+
+
+def _truncated(url: str, detail: str) -> str:
+    return (
+        f"shard {url} is truncated or corrupt ({detail}); a complete tar ends with an "
+        "end-of-archive marker. Rewrite or re-download the shard"
+    )
+
+
+def _scheme(url: str) -> str | None:
+    match = _URL_SCHEME.match(url)
+    return match.group(1).lower() if match else None
+
+
+def local_path(url: str, *, index_dir: str | None, allow_pipe: bool) -> str:
+    """The local file to read for ``url``; ``pipe:`` output is copied to ``index_dir`` once."""
+    scheme = _scheme(url)
+    if scheme is None:
+        return url
+    if scheme == "file":
+        return urlparse(url).path  # as webdataset opens it
+    if scheme != "pipe":
+        raise ValueError(
+            f"shard {url}: TarShards reads local files only (random access seeks in the file), "
+            f"got a {scheme!r} URL; download or mount the shards, or fetch them once with a "
+            "'pipe:' URL and allow_pipe=True, index_dir=..."
+        )
+    if not allow_pipe:
+        raise ValueError(
+            f"shard {url}: 'pipe:' URLs run a shell command, which is off by default; "
+            "pass allow_pipe=True (--allow-pipe) if you trust the command"
+        )
+    if index_dir is None:
+        raise ValueError(
+            f"shard {url}: a pipe cannot seek, so TarShards copies its output to a local file "
+            "once and reads that; pass index_dir= (--index-dir) for where the copies go"
+        )
+    dest = os.path.join(index_dir, f"pipe-{hashlib.sha256(url.encode()).hexdigest()[:16]}.tar")
+    if os.path.exists(dest):
+        return dest
+    os.makedirs(index_dir, exist_ok=True)
+    tmp = f"{dest}.part-{os.getpid()}"
+    with open(tmp, "wb") as out:
+        proc = subprocess.run(url[len("pipe:") :], shell=True, stdout=out, stderr=subprocess.PIPE)
+    if proc.returncode != 0:
+        os.remove(tmp)
+        stderr = proc.stderr.decode(errors="replace").strip()[-500:]
+        raise ValueError(
+            f"shard {url}: the pipe command exited with status {proc.returncode}: {stderr}"
+        )
+    os.replace(tmp, dest)
+    return dest
+
+
+def _read_index(ipath: str) -> ShardIndex | None:
+    try:
+        with open(ipath, encoding="utf-8") as f:
+            return ShardIndex.from_json(json.load(f))
+    except (OSError, ValueError):
+        return None  # missing or unreadable: rebuilt
+
+
+def _write_index(ipath: str, index: ShardIndex, url: str, index_dir: str | None) -> None:
+    if index_dir is not None:
+        os.makedirs(index_dir, exist_ok=True)
+    tmp = f"{ipath}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # atomic: ranks may race
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(index.to_json(url), f, separators=(",", ":"))
+    os.replace(tmp, ipath)
+
+
+def load_or_build(
+    url: str, path: str, *, index_dir: str | None, rebuild: bool = False, force: bool = False
+) -> ShardIndex:
+    """The validated index of one local shard; see the module docstring for the rules."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as exc:
+        where = "" if path == url else f" (looked for {path})"
+        hint = "; globs are not expanded, pass sorted(glob.glob(...))" if "*" in url else ""
+        raise ValueError(
+            f"shard {url} does not exist{where}; check the path or pattern{hint}"
+        ) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"shard {url}: expected a tar file, got a directory or device")
+    ipath = index_path(path, index_dir)
+    old = None if force else _read_index(ipath)
+    if old is not None and (old.size, old.mtime_ns) == (st.st_size, st.st_mtime_ns):
+        return old
+    if old is not None and old.size != st.st_size and not rebuild:
+        raise _changed(url, old, st)
+    new = scan_shard(path, url)
+    unchanged = old is not None and old.same_layout(new)
+    if old is not None and not unchanged and not rebuild:
+        raise _changed(url, old, st)
+    try:
+        _write_index(ipath, new, url, index_dir)
+    except OSError as exc:
+        if not unchanged:  # an unchanged layout with a stale stamp still reads fine
+            raise ValueError(
+                f"shard {url}: cannot write its index to {ipath} ({exc}); "
+                "pass index_dir= (--index-dir) a writable directory"
+            ) from exc
+    return new
+
+
+def _changed(url: str, old: ShardIndex, st: os.stat_result) -> ValueError:
+    how = (
+        f"size {old.size} → {st.st_size} bytes"
+        if old.size != st.st_size
+        else "same size, but its members moved"
+    )
+    return ValueError(
+        f"shard {url} changed since its index was built ({how}); positions saved in a "
+        "checkpoint may now name other samples. If the change is intended, " + rebuild_hint(url)
+    )
+
+
+def index_shards(
+    urls: Sequence[str],
+    *,
+    index_dir: str | None = None,
+    allow_pipe: bool = False,
+    rebuild: bool = False,
+    force: bool = False,
+    jobs: int = 1,
+    progress: Callable[[Iterator[Shard], int], Iterable[Shard]] | None = None,
+) -> list[Shard]:
+    """Load or build the index of every shard, then check that no sample spans two shards."""
+
+    one = functools.partial(
+        _index_one, index_dir=index_dir, allow_pipe=allow_pipe, rebuild=rebuild, force=force
+    )
+    # tarfile parses headers in Python: scanning is CPU-bound, so jobs are processes
+    pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    try:
+        results: Iterator[Shard] = pool.map(one, urls) if pool else map(one, urls)
+        shards = list(progress(results, len(urls)) if progress else results)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    check_split_keys(shards)
+    return shards
+
+
+def _index_one(
+    url: str, *, index_dir: str | None, allow_pipe: bool, rebuild: bool, force: bool
+) -> Shard:
+    path = local_path(url, index_dir=index_dir, allow_pipe=allow_pipe)
+    index = load_or_build(url, path, index_dir=index_dir, rebuild=rebuild, force=force)
+    # read by absolute path: a later chdir must not change which file a worker opens
+    return Shard(url, os.path.abspath(path), index, None if _scheme(url) == "pipe" else path)
+
+
+def check_split_keys(shards: Sequence[Shard]) -> None:
+    """Refuse a sample whose members straddle two consecutive shards."""
+    previous: Shard | None = None
+    for shard in shards:
+        keys = shard.index.keys
+        if not keys:
+            continue
+        if previous is not None and previous.index.keys[-1] == keys[0]:
+            raise ValueError(
+                f"sample key {keys[0]!r} is split across shards: it ends {previous.url} and starts "
+                f"{shard.url}. webdataset would yield two half samples; rewrite the shards so each "
+                "sample's files are in one shard (webdataset.ShardWriter does this)"
+            )
+        previous = shard
