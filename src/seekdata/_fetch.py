@@ -9,6 +9,7 @@ the batch-level transform with its (seed, epoch, step) stream, in the worker.
 
 from __future__ import annotations
 
+import signal
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -103,3 +104,17 @@ class Collate:
         if self.batch_transform is not None and key is not None:
             batch = self.batch_transform(batch, batch_generator(self.seed, key))
         return batch
+
+
+class WorkerInit:
+    """Worker start-up: ignore SIGUSR1 (SLURM forwards it to every process of a job step; it is
+    the trainer's to handle, see seekdata.PreemptionHandler), then run the user's function."""
+
+    def __init__(self, user_fn: Callable[[int], None] | None) -> None:
+        self.user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        if hasattr(signal, "SIGUSR1"):
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)

@@ -17,7 +17,7 @@ import torch.utils.data
 
 from seekdata import rng
 from seekdata import state as S
-from seekdata._fetch import BatchKey, Collate, KeyedDataset
+from seekdata._fetch import BatchKey, Collate, KeyedDataset, WorkerInit
 from seekdata._iterable import IterableEngine
 from seekdata._plan import ReplayPlan, SeekPlan
 from seekdata.sampler import DistributedSampler, _check_bool, dataset_length
@@ -179,7 +179,7 @@ class StatefulDataLoader:
             collate_fn=Collate(collate, batch_transform, self.seed),
             pin_memory=pin_memory,
             timeout=timeout,
-            worker_init_fn=worker_init_fn,
+            worker_init_fn=WorkerInit(worker_init_fn),
             multiprocessing_context=multiprocessing_context,
             generator=engine_generator,
             prefetch_factor=prefetch_factor,
