@@ -105,6 +105,16 @@ class StatefulDataLoader:
         self.batch_transform = batch_transform
         self._live: weakref.ReferenceType[_LoaderIter] | None = None
         self._step = 0  # batches consumed in the current epoch on this rank
+        engine_options = dict(  # what both engines take from us unchanged
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            timeout=timeout,
+            multiprocessing_context=multiprocessing_context,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+        )
         if isinstance(dataset, torch.utils.data.IterableDataset):
             if sampler is not None or batch_sampler is not None or shuffle:
                 raise ValueError(
@@ -120,17 +130,10 @@ class StatefulDataLoader:
                 self.seed,
                 dict(
                     batch_size=batch_size,
-                    num_workers=num_workers,
                     collate_fn=collate_fn,
-                    pin_memory=pin_memory,
                     drop_last=drop_last,
-                    timeout=timeout,
                     worker_init_fn=worker_init_fn,
-                    multiprocessing_context=multiprocessing_context,
-                    prefetch_factor=prefetch_factor,
-                    persistent_workers=persistent_workers,
-                    pin_memory_device=pin_memory_device,
-                    in_order=in_order,
+                    **engine_options,
                 ),
             )
             return
@@ -175,17 +178,10 @@ class StatefulDataLoader:
             batch_size=None if per_sample else 1,  # torch's rule for batch_sampler=
             sampler=keys if per_sample else None,
             batch_sampler=None if per_sample else keys,  # type: ignore[arg-type]  # keys, not lists
-            num_workers=num_workers,
             collate_fn=Collate(collate, batch_transform, self.seed),
-            pin_memory=pin_memory,
-            timeout=timeout,
             worker_init_fn=WorkerInit(worker_init_fn),
-            multiprocessing_context=multiprocessing_context,
             generator=engine_generator,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device,
-            in_order=in_order,
+            **engine_options,
         )
 
     # --- iteration ------------------------------------------------------------------------------
