@@ -382,3 +382,48 @@ def test_each_epoch_is_the_dataset_once(n, b, drop_last) -> None:
     for _ in range(3):
         got = torch.cat([x["index"] for x in loader]).tolist()
         assert len(got) == len(set(got)) == (n // b * b if drop_last else n)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_two_resumes_in_one_epoch_stay_aligned(workers) -> None:
+    """Preempted twice in one epoch: the second resume must continue from the first's progress."""
+    ref = list(make(n=20))
+    first = make(n=20)
+    it = iter(first)
+    got = [next(it) for _ in range(2)]
+    state = first.state_dict()
+    del it
+    second = make(n=20, num_workers=workers)
+    second.load_state_dict(state)
+    it = iter(second)
+    got += [next(it) for _ in range(2)]
+    state = second.state_dict()
+    assert state["position"] == 12 and state["step"] == 4
+    del it
+    third = make(n=20)
+    third.load_state_dict(json.loads(json.dumps(state)))
+    got += list(third)
+    assert batches_equal(ref, got)
+
+
+@pytest.mark.parametrize("stop", [0, 1, 4, 5])
+def test_loading_a_state_gives_back_the_same_state(stop) -> None:
+    loader = make()
+    it = iter(loader)
+    for _ in range(min(stop, 4)):
+        next(it)
+    if stop == 5:
+        list(it)  # finished: exhausted
+    state = loader.state_dict()
+    del it
+    fresh = make(num_workers=1)
+    fresh.load_state_dict(state)
+    assert fresh.state_dict() == state
+
+
+def test_drop_last_resume_is_exact() -> None:
+    assert_exact_resume(
+        functools.partial(make, GlobalRNGAug, 11, num_workers=0, drop_last=True),
+        epochs=2,
+        resume_kwargs={"num_workers": 2},
+    )
