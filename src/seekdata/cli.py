@@ -98,7 +98,32 @@ def _progress_bar(items: Iterator[_T], total: int) -> Iterator[_T]:
         bar.close()
 
 
-_COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (_add_index,)
+def _add_inspect(subparsers: _Subparsers) -> None:
+    from . import inspection
+
+    inspection.add_parser(subparsers)
+
+
+def _add_verify(subparsers: _Subparsers) -> None:
+    from . import verify
+
+    verify.add_parser(subparsers)
+
+
+def _add_bench(subparsers: _Subparsers) -> None:
+    try:
+        from . import bench
+    except ImportError:  # bench.py lands with the benchmarks; the command appears with it
+        return
+    bench.add_parser(subparsers)
+
+
+_COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
+    _add_index,
+    _add_inspect,
+    _add_verify,
+    _add_bench,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

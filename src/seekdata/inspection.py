@@ -1,0 +1,374 @@
+"""``seekdata inspect``: show the seekdata states inside a checkpoint file, for a person.
+
+Reading never runs code from the file: a ``.json`` file (or one whose first byte is ``{`` or
+``[``) is parsed as JSON; anything else is read with ``torch.load(weights_only=True)``, which
+refuses pickled objects; a file written by :func:`seekdata.checkpoint.save` has its checksum
+footer verified first. States are found wherever they are nested in dicts, lists and tuples:
+a state is a mapping with an int ``"seekdata"`` version and a ``"kind"``.
+
+Key paths
+---------
+A path names a place in the file by its keys and list indices, separated by ``.`` or ``/``:
+``loader``, ``state/loader``, ``trainer.loaders.0``. In a dict the longest run of segments
+that is a key wins, so keys that themselves hold dots (``"module.loader"``) are reachable;
+in a list or tuple a segment is an index. The file's root is ``<root>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pickle
+import re
+import sys
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from seekdata import state as S
+
+__all__ = ["add_parser", "find_states", "fingerprint", "main", "read_checkpoint", "run"]
+
+#: Stream-defining fields of every state, then the extra ones of a loader state.
+STREAM_FIELDS = (S.K_N, S.K_SEED, S.K_ORDER, S.K_SHUFFLE, S.K_DROP_LAST)
+LOADER_STREAM_FIELDS = (S.K_BATCH_SIZE, S.K_BATCH_DROP_LAST, S.K_SAMPLE_SEED)
+
+ROOT = "<root>"
+_FOOTER_MARK = b"seekdata-checkpoint/"  # seekdata.checkpoint.save's footer starts so
+_TAIL = 160  # bytes at the end of a file that hold such a footer
+_MAX_KEYS = 20  # keys listed in an error message
+
+Key = str | int
+
+
+def fingerprint(state: Mapping[str, Any]) -> str:
+    """A short hash of the fields that define ``state``'s stream (12 hex digits).
+
+    Two states with the same fingerprint continue the same sample stream: n, seed, order,
+    shuffle, drop_last, and for a loader batch_size, batch_drop_last and sample_seed. The
+    cursor (epoch, position, step) and world size are left out.
+    """
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"fingerprint: state must be a dict from state_dict(); got {type(state).__name__}; "
+            f"pass the seekdata state itself"
+        )
+    fields = STREAM_FIELDS + (LOADER_STREAM_FIELDS if state.get(S.K_KIND) == "loader" else ())
+    canonical = json.dumps(
+        {key: state.get(key) for key in fields}, sort_keys=True, separators=(",", ":"), default=repr
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def is_state(obj: Any) -> bool:
+    """Whether ``obj`` looks like a seekdata state (an int version marker and a kind)."""
+    if not isinstance(obj, Mapping) or S.K_VERSION not in obj or S.K_KIND not in obj:
+        return False
+    version = obj[S.K_VERSION]
+    return isinstance(version, int) and not isinstance(version, bool)
+
+
+def find_states(obj: Any, keys: tuple[Key, ...] = ()) -> Iterator[tuple[tuple[Key, ...], Any]]:
+    """Every seekdata state inside ``obj`` (dicts, lists, tuples), as (key path, state)."""
+    seen: set[int] = set()
+
+    def walk(node: Any, path: tuple[Key, ...]) -> Iterator[tuple[tuple[Key, ...], Any]]:
+        if is_state(node):
+            yield path, node
+            return
+        if isinstance(node, Mapping | list | tuple):
+            if id(node) in seen:  # an unpickled container may hold itself
+                return
+            seen.add(id(node))
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                yield from walk(value, (*path, key if isinstance(key, int | str) else str(key)))
+        elif isinstance(node, list | tuple):
+            for i, value in enumerate(node):
+                yield from walk(value, (*path, i))
+
+    yield from walk(obj, keys)
+
+
+def path_text(keys: Sequence[Key]) -> str:
+    """A key path as ``--key`` takes it."""
+    return ".".join(str(key) for key in keys) if keys else ROOT
+
+
+def _some(keys: Sequence[Any]) -> str:
+    shown = ", ".join(repr(k) for k in list(keys)[:_MAX_KEYS])
+    more = len(keys) - _MAX_KEYS
+    return shown + (f", … ({more} more)" if more > 0 else "") if keys else "none"
+
+
+def resolve(obj: Any, path: str) -> tuple[Any, tuple[Key, ...]]:
+    """The object ``path`` names in ``obj`` (see the module docstring), and its key path."""
+    if path.strip() in ("", ROOT):
+        return obj, ()
+    spans = [m.span() for m in re.finditer(r"[^./]+", path)]
+    if not spans:
+        raise ValueError(f"--key must name a key such as 'loader'; got {path!r}")
+    node, i = obj, 0
+    keys: tuple[Key, ...] = ()
+    while i < len(spans):
+        here = path_text(keys)
+        if isinstance(node, Mapping):
+            names = {str(k): k for k in node}
+            for j in range(len(spans), i, -1):
+                text = path[spans[i][0] : spans[j - 1][1]]
+                if text in names:
+                    key = names[text]
+                    node, keys, i = node[key], (*keys, key), j
+                    break
+            else:
+                segment = path[slice(*spans[i])]
+                listed = f" (its keys: {_some(list(node))})" if keys else ""
+                raise ValueError(
+                    f"--key {path!r} must name keys that exist; {here} has no key {segment!r}"
+                    f"{listed}"
+                )
+        elif isinstance(node, list | tuple):
+            segment = path[slice(*spans[i])]
+            if not re.fullmatch(r"-?[0-9]+", segment) or not -len(node) <= int(segment) < len(node):
+                raise ValueError(
+                    f"--key {path!r}: {here} is a {type(node).__name__} of {len(node)} items, "
+                    f"so the segment after it must be an index 0..{len(node) - 1}; got {segment!r}"
+                )
+            index = int(segment) % len(node)
+            node, keys, i = node[index], (*keys, index), i + 1
+        else:
+            raise ValueError(
+                f"--key {path!r}: {here} is a {type(node).__name__}, not a dict, list or "
+                f"tuple, so it has no {path[slice(*spans[i])]!r}; pass a shorter path"
+            )
+    return node, keys
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> tuple[Any, str]:
+    """Load ``path`` without running code from it; returns (object, format description).
+
+    Raises ``ValueError`` naming the file when it is corrupt, truncated, or holds pickled
+    objects that ``torch.load(weights_only=True)`` refuses; ``OSError`` when unreadable.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        head = f.read(64)
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(size - _TAIL, 0))
+        tail = f.read()
+    if path.lower().endswith(".json") or head.lstrip()[:1] in (b"{", b"["):
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f), "JSON"
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(
+                f"{path} must be valid JSON (it is named .json or starts like JSON); it is not: "
+                f"{exc}; the file is truncated or corrupt: inspect an earlier copy"
+            ) from exc
+    kind = "torch.save file, no checksum"
+    if _FOOTER_MARK in tail:
+        from seekdata import checkpoint
+
+        checkpoint.verify(path)  # CheckpointCorruptError (a ValueError) names the file
+        kind = "seekdata.checkpoint file, checksum verified"
+    return _torch_load(path, size), kind
+
+
+def _torch_load(path: str, size: int) -> Any:
+    import torch
+
+    if size == 0:
+        raise ValueError(
+            f"{path} must be a torch.save checkpoint or a JSON file; it is empty (0 bytes); "
+            f"the write was interrupted: inspect an earlier checkpoint"
+        )
+    mmap = zipfile.is_zipfile(path)  # tensors are mapped, not read: cheap on huge files
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as exc:
+        names = _unsafe_globals(path, exc)
+        message = _pickled_message(path, names) if names else _corrupt_message(path, exc)
+        raise ValueError(message) from exc
+    except OSError:
+        raise
+    except Exception as exc:  # torch.load reports damage as RuntimeError, KeyError, EOFError…
+        raise ValueError(_corrupt_message(path, exc)) from exc
+
+
+def _unsafe_globals(path: str, exc: Exception) -> list[str]:
+    """The classes and functions a pickle would have to import (what weights_only refused)."""
+    import torch
+
+    try:
+        return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+    except Exception:  # an older torch or a legacy-format file: take them from the error
+        return re.findall(r"GLOBAL (\S+) was not an allowed global", str(exc))
+
+
+def _pickled_message(path: str, names: list[str]) -> str:
+    return (
+        f"{path} must hold only tensors and plain containers (dict, list, int, str…) to be "
+        f"inspected; it contains pickled objects ({_some(names)}) whose loading would run their "
+        f"code, and seekdata will not execute them; save seekdata states as the plain dicts "
+        f"state_dict() returns, or, if you trust the file, load it with "
+        f"torch.load(weights_only=False) and json.dump the states you want to inspect"
+    )
+
+
+def _corrupt_message(path: str, exc: Exception) -> str:
+    lines = str(exc).splitlines()
+    detail = [line.strip() for line in lines if "WeightsUnpickler error:" in line]
+    reason = (detail or lines or [type(exc).__name__])[0]
+    return (
+        f"{path} must be a torch.save checkpoint or a JSON file; torch.load cannot read it "
+        f"({type(exc).__name__}: {reason}); the file is truncated or corrupt: inspect an "
+        f"earlier checkpoint"
+    )
+
+
+# --- showing --------------------------------------------------------------------------------
+
+
+def describe(keys: Sequence[Key], state: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-native summary ``--json`` prints for one state."""
+    kind = state.get(S.K_KIND)
+    position, n = state.get(S.K_POSITION), state.get(S.K_N)
+    replay = str(state.get(S.K_ORDER, "")).startswith("replay:")
+    finished, percent = False, None
+    if isinstance(position, int) and isinstance(n, int) and n > 0:
+        finished = position >= n
+        if finished or not replay:  # a replayed sampler's position counts batches
+            percent = round(100 * position / n, 2)
+    fields = STREAM_FIELDS + (LOADER_STREAM_FIELDS if kind == "loader" else ())
+    try:
+        S.check_state(state, {}, where=path_text(keys))
+        problem = None
+    except (TypeError, ValueError) as exc:
+        problem = str(exc)
+    return {
+        "path": path_text(keys),
+        "keys": list(keys),
+        "kind": kind,
+        "version": state.get(S.K_VERSION),
+        "epoch": state.get(S.K_EPOCH),
+        "position": position,
+        "n": n,
+        "position_counts": "batches" if replay and not finished else "samples",
+        "percent": percent,
+        "epoch_finished": finished,
+        "exhausted": state.get(S.K_EXHAUSTED),
+        "step": state.get(S.K_STEP),
+        "batch_size": state.get(S.K_BATCH_SIZE),
+        "world_size": state.get(S.K_WORLD_SIZE),
+        "fingerprint": fingerprint(state),
+        "stream": {key: state.get(key) for key in fields},
+        "problem": problem,
+    }
+
+
+def _position_line(d: dict[str, Any]) -> str:
+    if d["epoch_finished"]:
+        done = "iterator exhausted" if d["exhausted"] else "iterator not yet exhausted"
+        return f"{d['position']} of {d['n']} (100%, epoch finished; {done})"
+    if d["position_counts"] == "batches":
+        return f"{d['position']} batches (the sampler is replayed: the position counts batches)"
+    if d["percent"] is None:
+        return f"{d['position']} of {d['n']}"
+    return f"{d['position']} of {d['n']} ({d['percent']:.1f}% of the epoch)"
+
+
+def format_state(d: dict[str, Any]) -> str:
+    """The human-readable block for one :func:`describe` summary."""
+    stream = " ".join(f"{k}={v!r}" for k, v in d["stream"].items())
+    rows = [
+        ("kind", f"{d['kind']}, format version {d['version']}"),
+        ("epoch", d["epoch"]),
+        ("position", _position_line(d)),
+    ]
+    if d["kind"] == "loader":
+        rows += [("step", f"{d['step']} (batch size {d['batch_size']})")]
+    rows += [("world size", d["world_size"]), ("fingerprint", f"{d['fingerprint']}  ({stream})")]
+    if d["problem"]:
+        rows.append(("problem", d["problem"]))
+    return "\n".join([d["path"], *(f"  {name + ':':<13}{value}" for name, value in rows)])
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``inspect`` on the ``seekdata`` command's subparsers."""
+    parser = subparsers.add_parser(
+        "inspect",
+        help="show the seekdata states in a checkpoint file",
+        description=(
+            "Show every seekdata state in a checkpoint (torch.save, seekdata.checkpoint.save or "
+            "JSON), wherever it is nested: epoch, position and percent of the epoch, step, "
+            "batch size, world size and the stream's fingerprint. Never unpickles objects. "
+            "Exit 0, 1 when the file holds no state, 2 on errors."
+        ),
+    )
+    _arguments(parser)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="the checkpoint file")
+    parser.add_argument(
+        "--key",
+        metavar="PATH",
+        help="only look under this place: keys and list indices separated by '.' or '/', "
+        "e.g. 'loader', 'state/loader', 'trainer.loaders.0'",
+    )
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``seekdata inspect``: 0 when states were shown, 1 when the file holds none."""
+    path = args.checkpoint
+    obj, kind = read_checkpoint(path)
+    try:
+        node, keys = resolve(obj, args.key) if args.key is not None else (obj, ())
+    except ValueError as exc:
+        top = f"; top-level keys of {path}: {_some(list(obj))}" if isinstance(obj, Mapping) else ""
+        found = ", ".join(path_text(k) for k, _ in find_states(obj)) or "none"
+        raise ValueError(
+            f"{exc}{top}; seekdata states in the file: {found}; pass a path to one of them"
+        ) from None
+    states = [describe(k, s) for k, s in find_states(node, keys)]
+    if args.json:
+        report = {"file": str(path), "format": kind, "states": states}
+        print(json.dumps(report, indent=2, default=repr))
+    elif states:
+        print(f"{path} ({kind}): {len(states)} seekdata state{'s' * (len(states) != 1)}")
+        for d in states:
+            print()
+            print(format_state(d))
+    else:
+        under = f" under {path_text(keys)}" if keys else ""
+        print(
+            f"{path} ({kind}): no seekdata state{under}; a state is a dict with an int "
+            f"'seekdata' version and a 'kind', as state_dict() returns it"
+        )
+    return 0 if states else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m seekdata.inspection CHECKPOINT ...``: the ``inspect`` command alone."""
+    parser = argparse.ArgumentParser(prog="seekdata inspect", description=__doc__)
+    _arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (ValueError, TypeError, OSError) as exc:
+        print(f"seekdata inspect: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

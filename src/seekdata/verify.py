@@ -1,0 +1,418 @@
+"""``seekdata verify``: prove, in fresh processes, that a user's loader resumes exactly.
+
+``FACTORY(**kwargs)``, imported from ``pkg.mod:FACTORY`` or ``path/to/file.py:FACTORY``,
+returns a loader (iterable, with ``state_dict()`` of JSON-native values and
+``load_state_dict``; ``set_epoch(epoch)`` is called when it has one) or ``(loader, step_fn)``
+where ``step_fn(batch, step)`` is a model step whose outputs are compared too. ``kwargs`` is
+empty except in resumed runs with ``--resume-workers N``: ``num_workers=N``.
+
+One fresh process runs the loop uninterrupted, saving every batch (``torch.save``) and the
+state after every batch and every epoch's loop, as a trainer that checkpoints there would.
+For each stop point (the end of epoch 0, its last batch, random steps drawn with
+``seekdata.numpy_generator``) another fresh process builds a loader, loads that state from
+JSON with the loop counters a trainer saves (epoch, batches of the epoch, global step), runs
+the rest and compares every batch bit for bit. docs/cli.md has the details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib
+import json
+import os
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "main", "run"]
+
+_STOPS_TAG = 0x53544F50  # "STOP": key of the generator that draws the stop points
+_CHILD = "import sys; from seekdata.verify import _child; sys.exit(_child(sys.argv[1]))"
+_CAUSES = (
+    "common causes: randomness outside seekdata's counters (a RandomState or Generator made "
+    "in __init__, a seed from time or the pid), state kept in the dataset or collate_fn, or a "
+    "step_fn whose randomness is not keyed by the step"
+)
+#: (option, type, default, least value, metavar, help)
+_OPTIONS: tuple[tuple[str, type, Any, int, str, str], ...] = (
+    ("--epochs", int, 2, 1, "N", "epochs to run (default 2)"),
+    ("--stops", int, 5, 1, "N", "stop points to resume from (default 5)"),
+    ("--seed", int, 0, 0, "N", "seed of the random stop points (default 0)"),
+    ("--resume-workers", int, None, 0, "N", "build the resumed loaders with num_workers=N"),
+    ("--steps-per-epoch-limit", int, None, 1, "N", "end each epoch's loop after N batches"),
+    ("--timeout", float, 600.0, 0, "S", "seconds each process may run (default 600)"),
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``verify`` on the ``seekdata`` command's subparsers."""
+    parser = subparsers.add_parser(
+        "verify",
+        help="check in fresh processes that a loader resumes exactly",
+        description=(
+            "Run FACTORY's loader uninterrupted and resumed from its JSON state at several "
+            "stop points, each run in a fresh process, and compare every batch bit for bit. "
+            "Exit 0 on a pass, 1 on a divergence, 2 on errors."
+        ),
+    )
+    _arguments(parser)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "factory",
+        metavar="MODULE:FACTORY",
+        help="the function that builds the loader: 'pkg.mod:make' or 'path/to/file.py:make'",
+    )
+    for option, kind, default, _, metavar, text in _OPTIONS:
+        parser.add_argument(option, type=kind, default=default, metavar=metavar, help=text)
+    parser.set_defaults(run=run)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    module, _, name = args.factory.rpartition(":")
+    if not module or not name:
+        raise ValueError(
+            f"FACTORY must be MODULE:FUNCTION, e.g. 'train_data:make_loader' or "
+            f"'path/to/file.py:make_loader'; got {args.factory!r}"
+        )
+    for option, _, _, least, _, _ in _OPTIONS:
+        value = getattr(args, option[2:].replace("-", "_"))
+        if value is not None and (value < least or (option == "--timeout" and value <= 0)):
+            more = "more than" if option == "--timeout" else "at least"
+            raise ValueError(f"{option} must be {more} {least}; got {value}; pass a larger one")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``seekdata verify``: 0 when every stop point resumes exactly, 1 on a divergence."""
+    _check_args(args)
+    workers = args.resume_workers
+    with_workers = "" if workers is None else f", resumed with num_workers={workers}"
+    _progress(f"{args.factory}: {args.epochs} epoch(s), {args.stops} stop point(s){with_workers}")
+    tmp = Path(tempfile.mkdtemp(prefix="seekdata-verify-"))
+    try:
+        job = {"spec": args.factory, "cwd": os.getcwd(), "dir": str(tmp), "epochs": args.epochs}
+        job["limit"] = args.steps_per_epoch_limit
+        start = time.monotonic()
+        _launch({**job, "mode": "reference", "kwargs": {}}, "the uninterrupted run", args.timeout)
+        meta = json.loads((tmp / "meta.json").read_text())
+        epoch_steps: list[int] = meta["epoch_steps"]
+        total = sum(epoch_steps)
+        if total == 0:
+            raise ValueError(
+                f"the loader must yield batches to be checked; {args.factory} yielded none in "
+                f"{args.epochs} epoch(s); pass a factory whose dataset is not empty"
+            )
+        took = time.monotonic() - start
+        split = " + ".join(map(str, epoch_steps))
+        _progress(f"uninterrupted run: {total} steps ({split}), {took:.1f} s")
+        records = [json.loads(line) for line in (tmp / "states.jsonl").read_text().splitlines()]
+        stops = _choose(records, total, args.stops, args.seed)
+        labels = [_label(record, epoch_steps) for record in stops]
+        _progress("stop points: " + "; ".join(labels))
+        kwargs = {} if workers is None else {"num_workers": workers}
+        hint = "" if workers is None else f" (FACTORY must accept num_workers={workers})"
+        for i, (record, label) in enumerate(zip(stops, labels, strict=True), 1):
+            (tmp / "stop.json").write_text(json.dumps(record))
+            start = time.monotonic()
+            resume = {**job, "mode": "resume", "kwargs": kwargs, "stop": str(tmp / "stop.json")}
+            _launch(resume, f"the run resumed {label}{hint}", args.timeout)
+            result = json.loads((tmp / "result.json").read_text())
+            step, difference = result["step"], result["difference"]
+            took = time.monotonic() - start
+            verdict = "DIVERGES" if difference else "exact"
+            _progress(f"[{i}/{len(stops)}] resumed {label}: {verdict}, {took:.1f} s")
+            if difference:
+                at = f"at step {step}{_in_epoch(step, epoch_steps)}" if step is not None else ""
+                how = f"diverges from the uninterrupted run {at}" if at else "cannot load its state"
+                print(
+                    f"seekdata verify: FAIL: the run resumed {label} {how}: {difference}\n"
+                    f"  the state it resumed from: {json.dumps(record['state'])}\n  {_CAUSES}"
+                )
+                return 1
+        outputs = "batch and step_fn output" if meta["step_fn"] else "batch"
+        print(
+            f"seekdata verify: PASS: {args.factory} resumed exactly at {len(stops)} stop "
+            f"point(s): {'; '.join(labels)}. Every {outputs} of the {total}-step run matched "
+            f"bit for bit."
+        )
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _choose(records: list[dict[str, Any]], total: int, count: int, seed: int) -> list[Any]:
+    """End of epoch 0, its last batch, then random steps (seekdata.numpy_generator(seed))."""
+    from seekdata.rng import numpy_generator
+
+    end0 = next(r for r in records if r["after_loop"])
+    last0 = next((r for r in records if not r["after_loop"] and r["steps"] == end0["steps"]), None)
+    forced = [r for r in (end0, last0) if r is not None][:count]
+    rest = [r for r in records if not r["after_loop"] and r is not last0 and r["steps"] < total]
+    k = min(count - len(forced), len(rest))
+    picks = numpy_generator(seed, _STOPS_TAG).choice(len(rest), size=k, replace=False)
+    chosen = forced + [rest[int(j)] for j in picks]
+    return sorted(chosen, key=lambda r: (r["steps"], r["after_loop"]))
+
+
+def _in_epoch(step: int, epoch_steps: Sequence[int]) -> str:
+    """' (epoch e, batch k)' for a global step index."""
+    for epoch, steps in enumerate(epoch_steps):
+        if step < steps:
+            return f" (epoch {epoch}, batch {step})"
+        step -= steps
+    return " (past the uninterrupted run's end)"
+
+
+def _label(record: dict[str, Any], epoch_steps: Sequence[int]) -> str:
+    """Where a stop point is; steps and batches count from 0, as step_fn's ``step`` does."""
+    epoch, k = record["epoch"], record["in_epoch"]
+    if record["after_loop"]:
+        return f"at the end of epoch {epoch - 1} (after its loop)"
+    last = ", its last" if k == epoch_steps[epoch] else ""
+    return f"after step {record['steps'] - 1} (epoch {epoch}, batch {k - 1}{last})"
+
+
+def _progress(line: str) -> None:
+    print(f"seekdata verify: {line}", file=sys.stderr, flush=True)
+
+
+def _launch(job: dict[str, Any], what: str, timeout: float) -> None:
+    """Run one child process on ``job``; raise ValueError when it fails or times out."""
+    tmp = Path(job["dir"])
+    (tmp / "job.json").write_text(json.dumps(job))
+    for stale in ("error.txt", "result.json"):
+        (tmp / stale).unlink(missing_ok=True)
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parents[1])  # the folder this seekdata is imported from
+    if here not in (*site.getsitepackages(), site.getusersitepackages()):  # a source checkout
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+    with open(tmp / "log.txt", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(tmp / "job.json")],
+            cwd=job["cwd"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a timeout ends its workers too
+        )
+        try:
+            status = proc.wait(timeout)
+        except BaseException as exc:  # the timeout, or Ctrl-C: leave no process behind
+            with contextlib.suppress(ProcessLookupError):
+                if hasattr(os, "killpg"):
+                    os.killpg(proc.pid, signal.SIGKILL)  # the group we started, not yet reaped
+                else:  # pragma: no cover - Windows has no process groups
+                    proc.kill()
+            proc.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise ValueError(
+                    f"{what} must finish within --timeout {timeout:g} s; it did not and was "
+                    f"stopped; pass a larger --timeout, or --steps-per-epoch-limit to shorten "
+                    f"the epochs"
+                ) from None
+            raise
+    if status != 0:
+        if (tmp / "error.txt").exists():
+            raise ValueError(f"{what}: {(tmp / 'error.txt').read_text()}")
+        tail = (tmp / "log.txt").read_bytes()[-3000:].decode(errors="replace").rstrip()
+        raise ValueError(
+            f"{what} must finish; it exited with status {status}; fix the error its output "
+            f"ends with:\n{tail}"
+        )
+
+
+# --- the child process ----------------------------------------------------------------------
+
+
+class _ProtocolError(Exception):
+    """The factory or loader does not follow the protocol; the message says what to fix."""
+
+
+def _child(job_path: str) -> int:
+    """Entry point of a child process: 0 done, 2 protocol error (error.txt), else a crash."""
+    job = json.loads(Path(job_path).read_text())
+    tmp = Path(job["dir"])
+    try:
+        loader, step_fn = _build(_load_factory(job["spec"], job["cwd"]), job["kwargs"])
+        (_reference if job["mode"] == "reference" else _resume)(job, tmp, loader, step_fn)
+    except _ProtocolError as exc:
+        (tmp / "error.txt").write_text(str(exc))
+        return 2
+    return 0
+
+
+def _load_factory(spec: str, cwd: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.rpartition(":")
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        path = (Path(cwd) / module_name).resolve()
+        if not path.is_file():
+            raise _ProtocolError(f"MODULE must be a module or a .py file; {path} does not exist")
+        sys.path.insert(0, str(path.parent))  # imported by name, so that workers can unpickle
+        module = importlib.import_module(path.stem)
+        found = Path(getattr(module, "__file__", "") or "").resolve()
+        if found != path:
+            raise _ProtocolError(
+                f"{path} must be importable as {path.stem!r}, but that name is {found}; "
+                f"rename the file or pass MODULE:FACTORY"
+            )
+    else:
+        sys.path.insert(0, cwd)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name and not module_name.startswith(f"{exc.name}."):
+                raise  # the user's module imports something missing: show its traceback
+            raise _ProtocolError(
+                f"MODULE must be importable from {cwd}; no module named {exc.name!r}; run from "
+                f"the folder that holds it, or pass path/to/file.py:{attr}"
+            ) from None
+    try:
+        obj = functools.reduce(getattr, attr.split("."), module)
+    except AttributeError:
+        names = sorted(n for n, v in vars(module).items() if callable(v) and n[0] != "_")
+        raise _ProtocolError(
+            f"{spec}: {module.__name__} must define {attr!r}; it does not (its functions and "
+            f"classes: {', '.join(names[:20]) or 'none'}); pass one of them"
+        ) from None
+    if not callable(obj):
+        raise _ProtocolError(f"{spec} must be a function; got {type(obj).__name__}")
+    return obj
+
+
+def _build(factory: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    made = factory(**kwargs)
+    loader, step_fn = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
+    missing = [m for m in ("__iter__", "state_dict", "load_state_dict") if not hasattr(loader, m)]
+    if missing or (step_fn is not None and not callable(step_fn)):
+        what = f"a {type(loader).__name__} without {', '.join(missing)}" if missing else ""
+        what = what or f"a pair whose second item is a {type(step_fn).__name__}"
+        raise _ProtocolError(
+            f"FACTORY must return a loader with __iter__, state_dict and load_state_dict, or "
+            f"(loader, step_fn) with step_fn(batch, step) callable; it returned {what}; "
+            f"return e.g. a seekdata.StatefulDataLoader"
+        )
+    return loader, step_fn
+
+
+def _loop(
+    loader: Any, job: dict[str, Any], start: dict[str, Any], on_batch: Callable[..., bool]
+) -> int:
+    """The training loop stand-in from the counters in ``start`` (epoch, in_epoch, steps).
+
+    ``on_batch(batch, epoch, k, steps)`` runs after each batch and, with batch None, after each
+    epoch's loop; it returns True to stop. Returns the steps done.
+    """
+    limit, step = job["limit"], start["steps"]
+    for epoch in range(start["epoch"], job["epochs"]):
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        k = start["in_epoch"] if epoch == start["epoch"] else 0
+        for batch in loader if limit is None or k < limit else ():
+            k, step = k + 1, step + 1
+            if on_batch(batch, epoch, k, step):
+                return step
+            if limit is not None and k >= limit:
+                break
+        on_batch(None, epoch + 1, 0, step)
+    return step
+
+
+def _state(loader: Any) -> Any:
+    state = loader.state_dict()
+    try:
+        return json.loads(json.dumps(state))
+    except (TypeError, ValueError) as exc:
+        raise _ProtocolError(
+            f"state_dict() must return JSON-native values (dict, list, str, int, float, bool, "
+            f"None); it returned {str(state)[:200]} ({exc}); keep counters in the state, not "
+            f"tensors or generator bytes"
+        ) from exc
+
+
+def _reference(job: dict[str, Any], tmp: Path, loader: Any, step_fn: Any) -> None:
+    import torch
+
+    (tmp / "ref").mkdir()
+    epoch_steps = [0] * job["epochs"]
+    with open(tmp / "states.jsonl", "w") as states:
+
+        def on_batch(batch: Any, epoch: int, k: int, step: int) -> bool:
+            if batch is not None:
+                out = step_fn(batch, step - 1) if step_fn is not None else None
+                torch.save({"batch": batch, "out": out}, tmp / "ref" / f"{step - 1}.pt")
+                epoch_steps[epoch] = k
+            record = {"epoch": epoch, "in_epoch": k, "steps": step, "after_loop": batch is None}
+            states.write(json.dumps({**record, "state": _state(loader)}) + "\n")
+            return False
+
+        _loop(loader, job, {"epoch": 0, "in_epoch": 0, "steps": 0}, on_batch)
+    meta = {"epoch_steps": epoch_steps, "step_fn": step_fn is not None}
+    (tmp / "meta.json").write_text(json.dumps(meta))
+
+
+def _resume(job: dict[str, Any], tmp: Path, loader: Any, step_fn: Any) -> None:
+    import torch
+
+    from seekdata.testing import first_difference
+
+    record = json.loads(Path(job["stop"]).read_text())
+    result: dict[str, Any] = {"difference": None, "step": None}
+    try:
+        loader.load_state_dict(record["state"])
+    except Exception as exc:  # a finding, not a crash: the state cannot be resumed from
+        result["difference"] = f"load_state_dict raised {type(exc).__name__}: {exc}"
+        (tmp / "result.json").write_text(json.dumps(result))
+        return
+    total = sum(json.loads((tmp / "meta.json").read_text())["epoch_steps"])
+
+    def on_batch(batch: Any, epoch: int, k: int, step: int) -> bool:
+        index, found = step - 1, None
+        if batch is None:
+            return False
+        if index >= total:
+            found = f"the resumed run yields step {index}, the uninterrupted run ends at {total}"
+        else:
+            # Our own file, written by the uninterrupted run of the same user code, in a private
+            # temporary folder: unpickling it runs nothing the factory did not already run.
+            want = torch.load(tmp / "ref" / f"{index}.pt", weights_only=False)
+            out = step_fn(batch, index) if step_fn is not None else None
+            found = first_difference(want["batch"], batch, "batch") or first_difference(
+                want["out"], out, "step_fn(batch, step)"
+            )
+        if found:
+            result.update(difference=found, step=index)
+        return found is not None
+
+    steps = _loop(loader, job, record, on_batch)
+    if result["difference"] is None and steps < total:
+        result.update(step=steps, difference=f"it ends after {steps} steps, not {total}")
+    (tmp / "result.json").write_text(json.dumps(result))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m seekdata.verify MODULE:FACTORY ...``: the ``verify`` command alone."""
+    parser = argparse.ArgumentParser(
+        prog="seekdata verify", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    _arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (ValueError, TypeError, OSError) as exc:
+        print(f"seekdata verify: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
