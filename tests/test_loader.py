@@ -427,3 +427,26 @@ def test_drop_last_resume_is_exact() -> None:
         epochs=2,
         resume_kwargs={"num_workers": 2},
     )
+
+
+def masking_collate(samples):
+    """Like a language-model collator: random masking with torch's global RNG at collation."""
+    batch = torch.utils.data.default_collate(samples)
+    batch["mask"] = torch.bernoulli(torch.full((len(samples), 4), 0.3))
+    return batch
+
+
+def test_random_collate_is_keyed_by_the_batch() -> None:
+    def build(**kw):
+        return seekdata.StatefulDataLoader(
+            GlobalRNGAug(10), batch_size=3, shuffle=True, seed=5, collate_fn=masking_collate, **kw
+        )
+
+    torch.manual_seed(0)
+    runs = [list(build(num_workers=w)) for w in (0, 2)]
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(after, torch.rand(1))  # the collate phase did not consume our RNG
+    assert batches_equal(runs[0], runs[1])  # the same masks whatever the worker count
+    assert not all(torch.equal(b["mask"], runs[0][0]["mask"]) for b in runs[0][1:])
+    assert_exact_resume(build, epochs=2, resume_kwargs={"num_workers": 1}, stop_at=[1, 3, 4, 6])

@@ -34,9 +34,11 @@ class BatchKey:
 
 
 class _Fetched(list):
-    """The samples of one batch, carrying their key to the collate wrapper."""
+    """The samples of one batch, carrying their key to the collate wrapper — and, in the main
+    process, the caller's global RNG state, which the collate wrapper restores."""
 
     key: BatchKey
+    saved: tuple[Any, Any, Any] | None = None
 
 
 class KeyedDataset(torch.utils.data.Dataset):
@@ -51,9 +53,14 @@ class KeyedDataset(torch.utils.data.Dataset):
         return len(self.dataset)
 
     def __getitem__(self, key: Any) -> Any:  # batch_size=None: one key per "batch"
-        return self.__getitems__(key)[0] if isinstance(key, BatchKey) else self.dataset[key]
+        if not isinstance(key, BatchKey):
+            return self.dataset[key]
+        fetched = self.__getitems__(key)
+        if fetched.saved is not None:  # no keyed collate follows a single sample
+            rng.restore_globals(fetched.saved)
+        return fetched[0]
 
-    def __getitems__(self, key: BatchKey) -> list[Any]:
+    def __getitems__(self, key: BatchKey) -> _Fetched:
         in_main = torch.utils.data.get_worker_info() is None
         saved = rng.capture_globals() if in_main and self.reseed_global_rng else None
         seeds = (
@@ -68,11 +75,20 @@ class KeyedDataset(torch.utils.data.Dataset):
             for j, index in enumerate(key.indices):
                 rng.enter_sample(seed, epoch, index, seeds[j] if seeds is not None else None)
                 out.append(dataset[index])
+        except BaseException:
+            if saved is not None:
+                rng.restore_globals(saved)
+            raise
         finally:
             rng.exit_sample()
-            if saved is not None:  # num_workers=0: leave the caller's global RNG as it was
-                rng.restore_globals(saved)
+        # num_workers=0: the collate wrapper, which torch calls next, restores the caller's RNG
+        out.saved = saved
         return out
+
+
+def _batch_counters(key: BatchKey) -> tuple[int, int, int, int]:
+    digest = zlib.crc32(np.asarray(key.indices, dtype=np.int64).tobytes())
+    return rng.BATCH, key.epoch, key.step, digest
 
 
 def batch_generator(seed: int, key: BatchKey) -> np.random.Generator:
@@ -81,8 +97,17 @@ def batch_generator(seed: int, key: BatchKey) -> np.random.Generator:
     The indices enter as a hash, so ranks at the same step draw differently, and the draw is
     a function of the batch's content rather than of the world size.
     """
-    digest = zlib.crc32(np.asarray(key.indices, dtype=np.int64).tobytes())
-    return rng.numpy_generator(seed, rng.BATCH, key.epoch, key.step, digest)
+    return rng.numpy_generator(seed, *_batch_counters(key))
+
+
+def _seed_globals_for_batch(seed: int, key: BatchKey) -> None:
+    """Global RNG during collation (e.g. a collator's random masking): keyed by the batch.
+
+    Words 2-4 of the batch key: words 0-1 are the Philox key of :func:`batch_generator`.
+    """
+    words = rng.derive_key(seed, *_batch_counters(key), words=5)
+    rng.enter_sample(seed, key.epoch, 0, [words[2], words[3] >> 32, words[4]])
+    rng.exit_sample()
 
 
 class Collate:
@@ -93,17 +118,26 @@ class Collate:
         collate_fn: Callable[[list[Any]], Any],
         batch_transform: Callable[[Any, np.random.Generator], Any] | None,
         seed: int,
+        reseed_global_rng: bool = True,
     ) -> None:
         self.collate_fn = collate_fn
         self.batch_transform = batch_transform
         self.seed = seed
+        self.reseed_global_rng = reseed_global_rng
 
     def __call__(self, data: Sequence[Any]) -> Any:
-        key = getattr(data, "key", None)
-        batch = self.collate_fn(list(data) if isinstance(data, _Fetched) else data)  # type: ignore[arg-type]
-        if self.batch_transform is not None and key is not None:
-            batch = self.batch_transform(batch, batch_generator(self.seed, key))
-        return batch
+        if not isinstance(data, _Fetched):  # one sample (batch_size=None): nothing keyed
+            return self.collate_fn(data)  # type: ignore[arg-type]
+        try:
+            if self.reseed_global_rng:
+                _seed_globals_for_batch(self.seed, data.key)
+            batch = self.collate_fn(list(data))
+            if self.batch_transform is not None:
+                batch = self.batch_transform(batch, batch_generator(self.seed, data.key))
+            return batch
+        finally:
+            if data.saved is not None:  # num_workers=0: the caller's global RNG, as it was
+                rng.restore_globals(data.saved)
 
 
 class WorkerInit:

@@ -178,7 +178,7 @@ class StatefulDataLoader:
             batch_size=None if per_sample else 1,  # torch's rule for batch_sampler=
             sampler=keys if per_sample else None,
             batch_sampler=None if per_sample else keys,  # type: ignore[arg-type]  # keys, not lists
-            collate_fn=Collate(collate, batch_transform, self.seed),
+            collate_fn=Collate(collate, batch_transform, self.seed, self.reseed_global_rng),
             worker_init_fn=WorkerInit(worker_init_fn),
             generator=engine_generator,
             **engine_options,
