@@ -450,3 +450,13 @@ def test_random_collate_is_keyed_by_the_batch() -> None:
     assert batches_equal(runs[0], runs[1])  # the same masks whatever the worker count
     assert not all(torch.equal(b["mask"], runs[0][0]["mask"]) for b in runs[0][1:])
     assert_exact_resume(build, epochs=2, resume_kwargs={"num_workers": 1}, stop_at=[1, 3, 4, 6])
+
+
+def test_is_a_dataloader_with_its_attributes() -> None:
+    """Frameworks check isinstance(loader, DataLoader) and read these attributes."""
+    loader = make(num_workers=1, pin_memory=False)
+    assert isinstance(loader, torch.utils.data.DataLoader)
+    assert (loader.batch_size, loader.num_workers, loader.drop_last) == (3, 1, False)
+    assert isinstance(loader.sampler, seekdata.DistributedSampler)
+    assert loader.dataset is not None and loader.multiprocessing_context is None
+    assert callable(loader.collate_fn) and len(loader) == 4

@@ -40,8 +40,13 @@ class _KeyBatches(torch.utils.data.Sampler[BatchKey]):
         return self._loader._plan.num_batches
 
 
-class StatefulDataLoader:
+class StatefulDataLoader(torch.utils.data.DataLoader):
     """A drop-in for ``torch.utils.data.DataLoader`` and torchdata's ``StatefulDataLoader``.
+
+    It is a ``DataLoader`` subclass, so frameworks' ``isinstance`` checks pass, and it keeps
+    the attributes they read (``dataset``, ``batch_size``, ``sampler``, ``num_workers``, ...),
+    but it never runs ``DataLoader.__init__`` or its iterator: the engine is a separate
+    ``DataLoader`` over keyed batches, and iteration goes through the cursor.
 
     Adds ``seed`` (keys every sample's and batch's randomness), ``reseed_global_rng`` (seed
     torch/numpy/``random`` global RNG per sample; turn off when the dataset only uses
@@ -96,6 +101,9 @@ class StatefulDataLoader:
                 stacklevel=2,
             )
         self.batch_size = batch_size
+        self.generator = None
+        self.multiprocessing_context = multiprocessing_context
+        self.pin_memory_device = pin_memory_device
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.timeout = timeout
@@ -124,7 +132,7 @@ class StatefulDataLoader:
                 )
             self.sampler: Any = None
             self.batch_sampler: Any = None
-            self.collate_fn = collate_fn
+            self.collate_fn = collate_fn or torch.utils.data.default_collate
             self._iterable = IterableEngine(
                 dataset,
                 self.seed,
@@ -186,7 +194,7 @@ class StatefulDataLoader:
 
     # --- iteration ------------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not torch's iterator class
         if self._iterable is not None:
             return iter(self._iterable)
         self._plan.begin(self._step)
