@@ -45,6 +45,14 @@ class TransformedDataset(Dataset):
         self.transform = transform
         self.field = field
 
+    @property
+    def shard_sizes(self) -> Any:
+        """The wrapped dataset's shard layout, so ``order="shards"`` works through the wrapper."""
+        sizes = getattr(self.dataset, "shard_sizes", None)
+        if sizes is None:
+            raise AttributeError(f"{type(self.dataset).__name__} has no shard_sizes")
+        return sizes
+
     def _apply(self, sample: Any, rng: np.random.Generator) -> Any:
         field = self.field
         if field is None:
