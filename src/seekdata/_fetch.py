@@ -70,11 +70,24 @@ class KeyedDataset(torch.utils.data.Dataset):
         )
         out = _Fetched()
         out.key = key
-        dataset, seed, epoch = self.dataset, self.seed, key.epoch
+        getitem, append = self.dataset.__getitem__, out.append
+        fetch = rng._fetch  # the hot loop: enter_sample inlined, the batch's key set once
+        fetch.seed, fetch.epoch = self.seed, key.epoch
         try:
-            for j, index in enumerate(key.indices):
-                rng.enter_sample(seed, epoch, index, seeds[j] if seeds is not None else None)
-                out.append(dataset[index])
+            if seeds is None:
+                for index in key.indices:
+                    fetch.index, fetch.fresh = index, True
+                    append(getitem(index))
+            else:
+                torch_seed, np_seed = rng._torch_seed, rng._np_seed
+                py_cseed, py_inst = rng._py_cseed, rng._py_inst
+                for index, (a, b, c) in zip(key.indices, seeds, strict=True):
+                    fetch.index, fetch.fresh = index, True
+                    torch_seed(a)
+                    np_seed(b)
+                    py_cseed(py_inst, c)
+                    py_inst.gauss_next = None  # as random.seed does
+                    append(getitem(index))
         except BaseException:
             if saved is not None:
                 rng.restore_globals(saved)
@@ -101,12 +114,9 @@ def batch_generator(seed: int, key: BatchKey) -> np.random.Generator:
 
 
 def _seed_globals_for_batch(seed: int, key: BatchKey) -> None:
-    """Global RNG during collation (e.g. a collator's random masking): keyed by the batch.
-
-    Words 2-4 of the batch key: words 0-1 are the Philox key of :func:`batch_generator`.
-    """
-    words = rng.derive_key(seed, *_batch_counters(key), words=5)
-    rng.enter_sample(seed, key.epoch, 0, [words[2], words[3] >> 32, words[4]])
+    """Global RNG during collation (e.g. a collator's random masking): keyed by the batch."""
+    _, epoch, step, digest = _batch_counters(key)
+    rng.enter_sample(seed, epoch, 0, rng.batch_seeds(seed, epoch, step, digest))
     rng.exit_sample()
 
 

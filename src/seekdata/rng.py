@@ -31,6 +31,7 @@ counter tuple; :func:`sample_generator` for a sample's stream outside a loader;
 
 from __future__ import annotations
 
+import _random
 import functools
 import random
 import threading
@@ -162,18 +163,32 @@ def mix_keyed(key: tuple[int, ...], values: np.ndarray) -> np.ndarray:
     return _mix64(_mix64(values.astype(_U64, copy=False) ^ k0) ^ k1)
 
 
+def _seeds_from(key: tuple[int, ...], values: np.ndarray) -> np.ndarray:
+    """Three global-RNG seeds per value from a keyed hash ``h`` of it: torch's CPU generator
+    and numpy's legacy RNG each keep 32 bits of a seed, so they take the two halves of ``h``;
+    ``random`` (seeded from all 64 bits) takes ``h`` under another key word."""
+    h = mix_keyed(key[:2], np.asarray(values, dtype=_U64))
+    out = np.empty((h.shape[0], 3), dtype=_U64)
+    out[:, 0] = h & _U64(0xFFFFFFFF)
+    out[:, 1] = h >> _U64(32)
+    out[:, 2] = h ^ _U64(key[2])
+    return out
+
+
 def global_seeds(seed: int, epoch: int, indices: np.ndarray) -> np.ndarray:
     """Seeds for torch, numpy-legacy and ``random`` global RNG, one row per sample.
 
-    Vectorised over a batch: one call costs a few µs for the whole batch.
+    Keyed by (seed, SAMPLE, epoch) — one hash per epoch — then a keyed mix of each index:
+    vectorised over a batch, a few µs for the whole batch.
     """
-    key = _key_cached(seed, (SAMPLE, epoch), 4)
-    h = mix_keyed(key[:2], np.asarray(indices, dtype=_U64))
-    out = np.empty((h.shape[0], 3), dtype=_U64)
-    out[:, 0] = h
-    out[:, 1] = mix_keyed(key[2:], h) >> _U64(32)  # numpy's legacy seed takes 32 bits
-    out[:, 2] = _mix64(h ^ _U64(key[3]))
-    return out
+    return _seeds_from(_key_cached(seed, (SAMPLE, epoch), 4), indices)
+
+
+def batch_seeds(seed: int, epoch: int, step: int, digest: int) -> list[int]:
+    """Global-RNG seeds for a batch's collation: keyed by (seed, BATCH, epoch), then mixed
+    with the step and the hash of the batch's indices (both 32-bit here)."""
+    value = np.array([(step & 0xFFFFFFFF) << 32 | (digest & 0xFFFFFFFF)], dtype=_U64)
+    return [int(w) for w in _seeds_from(_key_cached(seed, (BATCH, epoch), 4), value)[0]]
 
 
 class _Fetch(threading.local):
@@ -228,7 +243,14 @@ def sample_rng() -> np.random.Generator:
 
 _torch_seed = torch.default_generator.manual_seed
 _np_seed = np.random.seed
-_py_seed = random.seed
+_py_inst: Any = getattr(random, "_inst")  # noqa: B009  # the instance behind random.random()
+_py_cseed = _random.Random.seed  # its C seeding, without random.seed's Python wrapper
+
+
+def _py_seed(value: int) -> None:
+    """``random.seed(value)`` for an int, without the Python wrapper's ~1.5 µs."""
+    _py_cseed(_py_inst, value)
+    _py_inst.gauss_next = None  # what the wrapper also resets: gauss() must not carry over
 
 
 def enter_sample(seed: int, epoch: int, index: int, seeds: list[int] | None) -> None:
