@@ -87,12 +87,16 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         self.drop_last = _check_bool(drop_last, "drop_last", where)
         self.in_order = _check_bool(in_order, "in_order", where)
         if batch_transform is not None and not callable(batch_transform):
-            raise TypeError(f"{where}: batch_transform must be callable (batch, rng) -> batch")
+            raise TypeError(
+                f"{where}: batch_transform must be a callable (batch, rng) -> batch; got "
+                f"{type(batch_transform).__name__}; pass e.g. seekdata.transforms.MixUp(0.2)"
+            )
         if batch_size is not None and (
             isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
         ):
             raise ValueError(
-                f"{where}: batch_size must be a positive int or None; got {batch_size!r}"
+                f"{where}: batch_size must be a positive int or None; got {batch_size!r}; "
+                f"pass e.g. batch_size=32, or None to load single samples"
             )
         if generator is not None:
             warnings.warn(
@@ -163,7 +167,8 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         if isinstance(self.sampler, DistributedSampler) and batch_sampler is None:
             if self.sampler.n != n:
                 raise ValueError(
-                    f"{where}: sampler covers {self.sampler.n} samples but len(dataset) is {n}"
+                    f"{where}: the sampler must cover the dataset; it covers {self.sampler.n} "
+                    f"samples but len(dataset) is {n}; build the sampler on this dataset"
                 )
             self._plan = SeekPlan(self.sampler, batch_size or 1, self.drop_last)
         else:
