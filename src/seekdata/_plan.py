@@ -41,11 +41,13 @@ class SeekPlan:
     def batches(self) -> Iterator[BatchKey]:
         s, b = self.sampler, self.batch_size
         total = min(self.num_batches * b, s._local_len(self.start))  # the last batch may be short
-        chunk = max(b, 8192 // b * b)
-        for k0 in range(0, total, chunk):
+        k0, chunk = 0, b  # the first chunk is one batch (fast first batch), then it grows
+        while k0 < total:
             idx = s._local_indices(self.epoch, self.start, k0, min(k0 + chunk, total)).tolist()
             for j in range(0, len(idx), b):
                 yield BatchKey(self.epoch, self.step0 + (k0 + j) // b, tuple(idx[j : j + b]))
+            k0 += chunk
+            chunk = min(chunk * 4, max(b, 8192 // b * b))
 
     def consumed(self, k: int, end: bool = False) -> None:
         s = self.sampler

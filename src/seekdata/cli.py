@@ -111,10 +111,8 @@ def _add_verify(subparsers: _Subparsers) -> None:
 
 
 def _add_bench(subparsers: _Subparsers) -> None:
-    try:
-        from . import bench
-    except ImportError:  # bench.py lands with the benchmarks; the command appears with it
-        return
+    from . import bench
+
     bench.add_parser(subparsers)
 
 

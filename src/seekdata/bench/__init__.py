@@ -1,0 +1,301 @@
+"""``seekdata bench``: throughput and resume latency, seekdata next to torch and torchdata.
+
+The command sweeps ``num_workers``, batch size and ``pin_memory`` over one synthetic map-style
+dataset and runs seekdata's ``StatefulDataLoader``, torch's ``DataLoader`` and torchdata's
+``StatefulDataLoader`` in interleaved rounds (A B C A B C ...), so that drift of the machine hits
+each alike. With CUDA, each batch is also moved with ``.to("cuda", non_blocking=True)``. It then
+times ``load_state_dict`` -> first batch against the position resumed from (torch's DataLoader:
+iterate and discard the consumed batches), and the cost and size of ``state_dict()``. Table on
+stdout, progress bar on stderr, JSON and a PNG plot at ``--out``.
+
+The module is also the harness of the scripts in ``benchmarks/`` (timing, interleaving, tables,
+JSON, plots), so the figures in the docs and ``seekdata bench`` share one implementation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils.data
+
+from seekdata.bench._harness import (
+    LOADERS,
+    Progress,
+    bar_plot,
+    best_of,
+    interleave,
+    machine,
+    median,
+    peak_rss_mb,
+    pyplot,
+    quiet,
+    rss_mb,
+    script_parser,
+    table,
+    write,
+)
+from seekdata.bench._measure import (
+    Indices,
+    Synthetic,
+    first_batch_s,
+    make_loader,
+    plot_bars,
+    plot_resume,
+    replay_s,
+    resume_sweep,
+    samples_per_s,
+    save,
+    state_cost,
+    states_at,
+)
+
+__all__ = [
+    "LOADERS",
+    "Indices",
+    "Progress",
+    "Synthetic",
+    "add_parser",
+    "bar_plot",
+    "best_of",
+    "first_batch_s",
+    "interleave",
+    "machine",
+    "make_loader",
+    "median",
+    "peak_rss_mb",
+    "plot_bars",
+    "plot_resume",
+    "pyplot",
+    "quiet",
+    "replay_s",
+    "resume_sweep",
+    "rss_mb",
+    "run",
+    "samples_per_s",
+    "save",
+    "script_parser",
+    "state_cost",
+    "states_at",
+    "table",
+    "write",
+]
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def _ints(text: str, minimum: int) -> list[int]:
+    """Comma-separated integers >= ``minimum``; ``1e6`` is accepted for 1000000."""
+    values = []
+    for piece in text.split(","):
+        try:
+            value = float(piece)
+        except ValueError:
+            value = float("nan")
+        if not (math.isfinite(value) and value >= minimum and value == int(value)):
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated integers >= {minimum}; got {text!r}"
+            )
+        values.append(int(value))
+    return values
+
+
+def _counts(text: str) -> list[int]:
+    return _ints(text, 0)
+
+
+def _sizes(text: str) -> list[int]:
+    return _ints(text, 1)
+
+
+def _positive(text: str) -> int:
+    return _ints(text, 1)[0]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``bench`` on an argparse ``subparsers``; ``set_defaults(run=run)``."""
+    p = subparsers.add_parser(
+        "bench",
+        help="throughput and resume latency: seekdata vs torch DataLoader vs torchdata",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    p.add_argument(
+        "--workers",
+        type=_counts,
+        metavar="LIST",
+        help="num_workers to sweep, e.g. 0,2,8 (default: 0,1,2,4,8,16 up to the CPU count)",
+    )
+    p.add_argument(
+        "--batch-sizes", type=_sizes, metavar="LIST", help="batch sizes (default: 32,256)"
+    )
+    p.add_argument(
+        "--pin-memory",
+        choices=("both", "on", "off"),
+        default="both",
+        help="pin_memory settings to sweep (on needs CUDA; default: both)",
+    )
+    p.add_argument(
+        "--shape", type=_sizes, default=[3, 32, 32], metavar="DIMS", help="sample shape (3,32,32)"
+    )
+    p.add_argument(
+        "--work-us", type=float, default=0.0, help="busy work per sample in µs (default 0)"
+    )
+    p.add_argument("--batches", type=_positive, help="timed batches per run (default 100)")
+    p.add_argument("--rounds", type=_positive, help="interleaved rounds (default 3)")
+    p.add_argument(
+        "--resume-positions",
+        type=_sizes,
+        metavar="LIST",
+        help="positions to resume from, in samples (default: 1e3,1e5,1e6)",
+    )
+    p.add_argument("--resume-n", type=_positive, help="dataset length for resume (default 1e7)")
+    p.add_argument("--no-resume", action="store_true", help="skip the resume measurements")
+    p.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=pathlib.Path("seekdata-bench.json"),
+        help="JSON results (a PNG is written beside it; default ./seekdata-bench.json)",
+    )
+    p.add_argument("--quick", action="store_true", help="a CI-sized run: a few seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(run=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep that ``args`` (from :func:`add_parser`) describes; returns 0."""
+    with quiet():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cpus = os.cpu_count() or 1
+    quick = args.quick
+    notes: list[str] = []
+    workers = args.workers or [w for w in ((0, 1) if quick else (0, 1, 2, 4, 8, 16)) if w <= cpus]
+    if args.workers is None and not quick:
+        notes.append(f"num_workers capped at os.cpu_count() = {cpus}; pass --workers to override")
+    batch_sizes = args.batch_sizes or ([32] if quick else [32, 256])
+    batches = args.batches or (5 if quick else 100)
+    rounds = args.rounds or (1 if quick else 3)
+    cuda = torch.cuda.is_available()
+    pins = {"both": [False, True], "on": [True], "off": [False]}[args.pin_memory]
+    if not cuda and True in pins:
+        pins = [False]
+        notes.append("pin_memory=True skipped: pinning needs CUDA, and none is available")
+    device = "cuda" if cuda else None
+    if cuda:
+        notes.append('each batch is moved with .to("cuda", non_blocking=True) inside the loop')
+    positions = args.resume_positions or ([100, 1000] if quick else [1000, 100_000, 1_000_000])
+    resume_n = args.resume_n or (10_000 if quick else 10_000_000)
+    resume_workers = [0] if quick else sorted({0, min(2, cpus)})
+    if not args.no_resume and max(positions) > resume_n:
+        raise ValueError(
+            f"--resume-positions must be at most --resume-n ({resume_n}); got {max(positions)}; "
+            f"pass smaller positions or a larger --resume-n"
+        )
+    configs = [(w, b, pin) for w in workers for b in batch_sizes for pin in pins]
+    n = max(2**16, (batches + 2) * max(batch_sizes) * 2)
+    dataset = Synthetic(n, shape=args.shape, work_us=args.work_us, draw="global")
+    resume_total = 0 if args.no_resume else len(resume_workers) * (1 + len(positions)) * 3
+    progress = Progress(len(configs) * rounds * 3 + resume_total, enabled=not args.no_progress)
+    throughput: list[dict[str, Any]] = []
+    try:
+        for nw, bs, pin in configs:
+
+            def case(name: str, nw: int = nw, bs: int = bs, pin: bool = pin) -> Callable[[], float]:
+                def measure() -> float:
+                    loader = make_loader(name, dataset, bs, nw, pin_memory=pin)
+                    value = samples_per_s(loader, batches, device)
+                    progress.step(f"{name} w{nw} b{bs}")
+                    return value
+
+                return measure
+
+            results = interleave({name: case(name) for name in LOADERS}, rounds)
+            row: dict[str, Any] = {"num_workers": nw, "batch_size": bs, "pin_memory": pin}
+            base = results["DataLoader"]
+            for name in LOADERS:
+                row[name] = median(results[name])
+                pairs = zip(results[name], base, strict=True)  # within a round: drift cancels
+                row[f"{name} / DataLoader"] = median([a / b for a, b in pairs])
+            throughput.append(row)
+        resume: list[dict[str, Any]] = []
+        state: list[dict[str, Any]] = []
+        if not args.no_resume:
+            resume, state = resume_sweep(
+                resume_n,
+                positions,
+                batch_sizes[0],
+                resume_workers,
+                repeats=3 if quick else 5,
+                replay_limit_s=20.0,
+                budget_s=2.0 if quick else 10.0,
+                progress=progress,
+            )
+    finally:
+        progress.close()
+    print("samples/s (median of interleaved rounds; ratios: median of the per-round ratios)")
+    cols = ["num_workers", "batch_size", "pin_memory", *LOADERS]
+    print(table(throughput, [*cols, "seekdata / DataLoader", "torchdata / DataLoader"]))
+    if resume:
+        print(
+            f"\nresume: load_state_dict -> first batch (ms), n = {resume_n}, batch {batch_sizes[0]}"
+        )
+        print(table(_resume_table(resume), ["num_workers", "position", *LOADERS]))
+        print("\nstate_dict()")
+        print(table(state, ["loader", "num_workers", "state_dict_us", "json_bytes", "json_native"]))
+    for note in notes:
+        print(f"note: {note}")
+    config = {
+        "workers": workers,
+        "batch_sizes": batch_sizes,
+        "pin_memory": pins,
+        "shape": list(args.shape),
+        "work_us": args.work_us,
+        "batches": batches,
+        "rounds": rounds,
+        "n": n,
+        "device": device,
+        "resume_n": resume_n,
+        "resume_positions": positions,
+        "resume_workers": resume_workers,
+        "quick": quick,
+    }
+    write(args.out, "seekdata bench", None, config=config, throughput=throughput, resume=resume,
+          state=state, notes=notes)  # fmt: skip
+    _plot(args.out.with_suffix(".png"), throughput, resume)
+    return 0
+
+
+def _resume_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (workers, position), one column per loader; extrapolations marked ``~``."""
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["num_workers"], r["position"])
+        row = out.setdefault(key, {"num_workers": key[0], "position": key[1] or "0 (fresh)"})
+        row[r["loader"]] = ("~" if r["extrapolated"] else "") + f"{r['ms']:,.4g}"
+    return list(out.values())
+
+
+def _plot(
+    out: pathlib.Path, throughput: list[dict[str, Any]], resume: list[dict[str, Any]]
+) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2 if resume else 1, figsize=(14 if resume else 7, 4.8))
+    ax = axes[0] if resume else axes
+    groups = [
+        f"w{r['num_workers']} b{r['batch_size']}" + (" pin" if r["pin_memory"] else "")
+        for r in throughput
+    ]
+    plot_bars(ax, groups, {name: [r[name] for r in throughput] for name in LOADERS}, "samples/s")
+    ax.set_title("throughput (median of interleaved rounds)")
+    if resume:
+        plot_resume(axes[1], resume, legend_outside=True)
+        axes[1].set_title("resume latency")
+    save(fig, out)

@@ -1,0 +1,330 @@
+"""What ``seekdata bench`` and ``benchmarks/`` measure: loaders, throughput, resume, plots."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import io
+import json
+import math
+import pathlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from seekdata.bench._harness import LOADERS, Progress, best_of, median, pyplot
+from seekdata.loader import StatefulDataLoader
+from seekdata.rng import sample_rng
+
+# --- what is measured ---------------------------------------------------------------------------
+
+
+class Synthetic(torch.utils.data.Dataset):
+    """``n`` float32 samples of ``shape``: sample i is ``i`` plus one random draw, after
+    ``work_us`` µs of busy work. ``draw`` is where the draw comes from: ``"global"`` (numpy's
+    global RNG: an unmodified dataset), ``"sample"`` (:func:`seekdata.sample_rng`, what a dataset
+    written for ``reseed_global_rng=False`` does) or ``None`` (no randomness)."""
+
+    def __init__(
+        self, n: int, shape: Sequence[int] = (16,), work_us: float = 0.0, draw: str | None = None
+    ) -> None:
+        self.n, self.shape, self.work_s, self.draw = n, tuple(shape), work_us * 1e-6, draw
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if self.work_s:
+            end = time.perf_counter() + self.work_s
+            while time.perf_counter() < end:
+                pass
+        value = float(index)
+        if self.draw == "global":
+            value += np.random.random()
+        elif self.draw == "sample":
+            value += sample_rng().random()
+        return torch.full(self.shape, value)
+
+
+class Indices(torch.utils.data.Dataset):
+    """The cheapest dataset of length ``n``: sample i is ``i``. Used to reach a position."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+def make_loader(
+    loader: str,
+    dataset: Any,
+    batch_size: int,
+    num_workers: int,
+    *,
+    seed: int = 0,
+    reseed_global_rng: bool = True,
+    pin_memory: bool = False,
+) -> Any:
+    """A shuffled loader of kind ``loader`` (one of :data:`LOADERS`) over ``dataset``."""
+    common: dict[str, Any] = {
+        "batch_size": batch_size,
+        "shuffle": True,
+        "num_workers": num_workers,
+        "pin_memory": pin_memory,
+    }
+    if loader == "seekdata":
+        return StatefulDataLoader(dataset, seed=seed, reseed_global_rng=reseed_global_rng, **common)
+    generator = torch.Generator().manual_seed(seed)  # torch's own rule: order from a generator
+    if loader == "DataLoader":
+        return torch.utils.data.DataLoader(dataset, generator=generator, **common)
+    if loader == "torchdata":
+        from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
+
+        return TorchdataLoader(dataset, generator=generator, **common)
+    raise ValueError(f"make_loader: loader must be one of {LOADERS}; got {loader!r}")
+
+
+def samples_per_s(loader: Any, batches: int, device: str | None = None) -> float:
+    """Samples/s over ``batches`` batches, timed from the first batch on (so worker start-up
+    and epoch set-up are not counted); each batch moved to ``device`` when given."""
+    it = iter(loader)
+    next(it)
+    count = 0
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        batch = next(it)
+        if device is not None:
+            batch = batch.to(device, non_blocking=True)
+        count += len(batch)
+    if device is not None:
+        torch.cuda.synchronize(device)
+    return count / (time.perf_counter() - t0)
+
+
+def first_batch_s(loader: Any, state: Any = None) -> float:
+    """Seconds from ``load_state_dict(state)`` (when given) to the first batch of a new iterator."""
+    t0 = time.perf_counter()
+    if state is not None:
+        loader.load_state_dict(state)
+    next(iter(loader))
+    return time.perf_counter() - t0
+
+
+def replay_s(loader: Any, skip: int, limit_s: float = math.inf) -> tuple[float, float]:
+    """How torch's DataLoader resumes: seconds to the first batch of a new iterator after
+    discarding ``skip`` batches. Returns (seconds, seconds measured): past ``limit_s`` the rest
+    is extrapolated at the rate measured after the first batch, and the two differ."""
+    t0 = time.perf_counter()
+    it = iter(loader)
+    next(it)  # the epoch's set-up (e.g. randperm) is paid here, once
+    t1 = time.perf_counter()
+    for j in range(1, skip + 1):
+        next(it)
+        if j % 64 == 0 and (now := time.perf_counter()) - t0 > limit_s:
+            return now - t0 + (now - t1) / j * (skip - j), now - t0
+    elapsed = time.perf_counter() - t0
+    return elapsed, elapsed
+
+
+def states_at(loader: Any, steps: Sequence[int]) -> dict[int, Any]:
+    """Iterate ``loader`` once; a deep copy of ``state_dict()`` after each of ``steps`` batches."""
+    states: dict[int, Any] = {}
+    it = iter(loader)
+    done = 0
+    for k in sorted(set(steps)):
+        for _ in range(k - done):
+            next(it)
+        done = k
+        states[k] = copy.deepcopy(loader.state_dict())
+    return states
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    return value
+
+
+def state_cost(loader: Any, batches: int = 3, number: int = 200) -> dict[str, Any]:
+    """``state_dict()`` of a loader ``batches`` into an epoch: µs per call and its size.
+
+    ``json_bytes`` is ``len(json.dumps(state))``; a state that is not JSON-native (tensors) is
+    measured with its tensors written as lists, and ``json_native`` says so."""
+    it = iter(loader)
+    for _ in range(batches):
+        next(it)
+    us = 1e6 * best_of(loader.state_dict, repeat=5, number=number)
+    state = loader.state_dict()
+    try:
+        size, native = len(json.dumps(state)), True
+    except TypeError:
+        size, native = len(json.dumps(_json_ready(state))), False
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return {
+        "state_dict_us": us,
+        "json_bytes": size,
+        "json_native": native,
+        "torch_save_bytes": len(buffer.getvalue()),
+    }
+
+
+def _measure(fn: Callable[[], float], repeats: int, budget_s: float) -> list[float]:
+    """``fn()`` up to ``repeats`` times, stopping early once ``budget_s`` is spent (>= 1 run)."""
+    times: list[float] = []
+    t0 = time.perf_counter()
+    while len(times) < repeats and (not times or time.perf_counter() - t0 < budget_s):
+        times.append(fn())
+    return times
+
+
+def resume_sweep(
+    n: int,
+    positions: Sequence[int],
+    batch_size: int,
+    workers: Sequence[int],
+    *,
+    repeats: int = 5,
+    replay_limit_s: float = 60.0,
+    budget_s: float = 20.0,
+    progress: Progress | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Resume latency (``load_state_dict`` -> first batch, ms) at each position of an epoch of
+    ``n`` shuffled samples, and the ``state_dict()`` cost and size at each worker count.
+
+    States are those the loaders save after really iterating to the position (over
+    :class:`Indices`, the same length; a state holds counters, not data). seekdata's state does
+    not depend on ``num_workers``, so one pass serves all. torch's DataLoader resumes by
+    iterating and discarding the consumed batches; a replay that runs past ``replay_limit_s`` is
+    stopped there and the rest extrapolated at its measured rate (``extrapolated``,
+    ``measured_s``).
+    Position 0 is a fresh start: the first batch of a new loader, for reference.
+    """
+    steps = sorted({p // batch_size for p in positions if p // batch_size > 0})
+    dataset = Synthetic(n, draw="global")
+    cheap = Indices(n)
+    rows: list[dict[str, Any]] = []
+    costs: list[dict[str, Any]] = []
+    # reseeding is not part of the state (and costs µs per sample): off for reaching the position
+    reach = make_loader("seekdata", cheap, batch_size, 0, reseed_global_rng=False)
+    seek_states = states_at(reach, steps)
+    for nw in workers:
+        td_states = states_at(make_loader("torchdata", cheap, batch_size, nw), steps)
+        for name in LOADERS:
+            row = {"loader": name, "num_workers": nw}
+            if name != "DataLoader":
+                row.update(state_cost(make_loader(name, dataset, batch_size, nw)))
+                costs.append(row)
+        for k in [0, *steps]:
+            for name in LOADERS:
+                first = functools.partial(_first, name, dataset, batch_size, nw)
+                method, measured = "load_state_dict", None
+                if k == 0:
+                    times = _measure(first, repeats, budget_s)
+                    method = "fresh start"
+                elif name == "DataLoader":
+                    method = "iterate and discard"
+                    times = []
+                    while len(times) < 3 and sum(times) < 5.0 and measured is None:
+                        loader = make_loader(name, dataset, batch_size, nw)
+                        total, done = replay_s(loader, k, replay_limit_s)
+                        del loader
+                        times.append(total)
+                        measured = done if done < total else None
+                else:
+                    state = (seek_states if name == "seekdata" else td_states)[k]
+                    times = _measure(functools.partial(first, state), repeats, budget_s)
+                extrapolated = measured is not None
+                rows.append(
+                    {
+                        "loader": name,
+                        "num_workers": nw,
+                        "position": k * batch_size,
+                        "ms": 1e3 * median(times),
+                        "min_ms": 1e3 * min(times),
+                        "runs": len(times),
+                        "method": method,
+                        "extrapolated": extrapolated,
+                        "measured_s": measured,  # extrapolated: the part really run
+                    }
+                )
+                if progress is not None:
+                    progress.step(f"resume {name} w{nw} @{k * batch_size}")
+    return rows, costs
+
+
+def _first(name: str, dataset: Any, batch_size: int, nw: int, state: Any = None) -> float:
+    return first_batch_s(make_loader(name, dataset, batch_size, nw), state)
+
+
+# --- plots --------------------------------------------------------------------------------------
+
+_COLORS = {"seekdata": "#3a7bd5", "DataLoader": "#7f7f7f", "torchdata": "#e8833a"}
+
+
+def plot_resume(ax: Any, rows: list[dict[str, Any]], legend_outside: bool = False) -> None:
+    """Latency against position, log-log. Extrapolated points are hollow, on a dotted line; a
+    fresh start (position 0) is a thin dotted horizontal line."""
+    styles = ["-", "--", "-.", ":"]
+    workers = sorted({r["num_workers"] for r in rows})
+    for name in LOADERS:
+        color = _COLORS[name]
+        for i, nw in enumerate(workers):
+            label = name if len(workers) == 1 else f"{name}, workers={nw}"
+            pts = [r for r in rows if r["loader"] == name and r["num_workers"] == nw]
+            for r in pts:
+                if r["position"] == 0:
+                    ax.axhline(r["ms"], color=color, lw=0.8, ls=":", alpha=0.7)
+            real = [
+                (r["position"], r["ms"]) for r in pts if r["position"] and not r["extrapolated"]
+            ]
+            guess = [(r["position"], r["ms"]) for r in pts if r["position"] and r["extrapolated"]]
+            if real:
+                ax.plot(
+                    *zip(*real, strict=True), styles[i % 4], marker="o", color=color, label=label
+                )
+            if guess:
+                ax.plot(*zip(*real[-1:], *guess, strict=True), ":", color=color)
+                ax.plot(*zip(*guess, strict=True), "o", mfc="white", color=color,
+                        label=f"{label} (extrapolated)")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("position resumed from (samples)")
+    ax.set_ylabel("load_state_dict -> first batch (ms)")
+    ax.grid(True, which="major", alpha=0.3)
+    where = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0)} if legend_outside else {}
+    ax.legend(fontsize=7, title="dotted horizontal: fresh start", title_fontsize=7, **where)
+
+
+def plot_bars(ax: Any, groups: list[str], series: dict[str, list[float]], ylabel: str) -> None:
+    """Grouped bars: one group per configuration, one bar per series."""
+    width = 0.8 / max(len(series), 1)
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        color = _COLORS.get(name.split(" ")[0])
+        ax.bar(xs, values, width, label=name, color=color, alpha=1.0 - 0.35 * ("off" in name))
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, fontsize=7, rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def save(fig: Any, out: pathlib.Path) -> None:
+    plt = pyplot()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    print(f"wrote {out}")

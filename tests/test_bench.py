@@ -1,0 +1,93 @@
+"""``seekdata bench``: the quick run writes its JSON and plot; bad arguments are usage errors.
+
+The command is reached through :func:`seekdata.bench.add_parser` on a parser of our own, so the
+test does not depend on how ``seekdata.cli`` wires it. No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+import pytest
+
+from seekdata import bench
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="seekdata")
+    bench.add_parser(p.add_subparsers(dest="command"))
+    return p
+
+
+def run(*argv: str) -> int:
+    args = parser().parse_args(["bench", *argv])
+    status: int = args.run(args)
+    return status
+
+
+def test_quick_run_writes_json_and_png(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "sub" / "b.json"
+    assert run("--quick", "--no-progress", "--workers", "0", "--out", str(out)) == 0
+    payload = json.loads(out.read_text())
+    assert {"benchmark", "machine", "config", "throughput", "resume", "state", "notes"} <= set(
+        payload
+    )
+    assert payload["config"]["workers"] == [0] and payload["config"]["quick"] is True
+    (row,) = payload["throughput"]
+    assert row["num_workers"] == 0 and row["batch_size"] == 32 and row["pin_memory"] is False
+    for name in bench.LOADERS:
+        assert row[name] > 0 and row[f"{name} / DataLoader"] > 0
+    assert row["DataLoader / DataLoader"] == 1.0
+    points = {(r["loader"], r["position"]) for r in payload["resume"]}
+    assert points == {(name, p) for name in bench.LOADERS for p in (0, 96, 992)}
+    assert all(r["ms"] > 0 and not r["extrapolated"] for r in payload["resume"])
+    state = {r["loader"]: r for r in payload["state"]}
+    assert state["seekdata"]["json_native"] is True and state["torchdata"]["json_native"] is False
+    assert 0 < state["seekdata"]["json_bytes"] < 512
+    png = out.with_suffix(".png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert "samples/s" in printed and "load_state_dict -> first batch" in printed
+
+
+def test_cpu_only_skips_pinning_with_a_note(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "b.json"
+    argv = ["--quick", "--no-progress", "--no-resume", "--workers", "0"]
+    assert run(*argv, "--pin-memory", "both", "--out", str(out)) == 0
+    payload = json.loads(out.read_text())
+    assert [r["pin_memory"] for r in payload["throughput"]] == [False]
+    assert any("pin_memory=True skipped" in note for note in payload["notes"])
+    assert payload["resume"] == [] and payload["config"]["device"] is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--workers", "-1"],
+        ["--workers", "two"],
+        ["--batch-sizes", "0"],
+        ["--batch-sizes", "32,"],
+        ["--pin-memory", "maybe"],
+        ["--rounds", "0"],
+    ],
+)
+def test_bad_arguments_exit_2_with_the_option_named(
+    argv: list[str], capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parser().parse_args(["bench", *argv])
+    assert exc.value.code == 2
+    assert argv[0] in capsys.readouterr().err
+
+
+def test_positions_past_the_dataset_are_a_value_error(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ValueError, match="--resume-positions must be at most --resume-n"):
+        run("--quick", "--no-progress", "--resume-n", "100", "--resume-positions", "1000",
+            "--out", str(tmp_path / "b.json"))  # fmt: skip
