@@ -8,18 +8,15 @@ writes it as JSON to ``--out``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import random
 import statistics
 import timeit
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 
+import _harness as H  # benchmarks/ is on sys.path when a script here runs
 from seekdata.rng import derive_key
 from seekdata.training import capture_rng, restore_rng, set_step_rng
 
@@ -42,11 +39,12 @@ def cases() -> dict[str, Callable[[], object]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = H.script_parser(__doc__.splitlines()[0], H.RESULTS / "step_rng.json")
     parser.add_argument("--number", type=int, default=20000, help="calls per timing run")
     parser.add_argument("--repeat", type=int, default=7, help="timing runs per case")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/step_rng.json"))
     args = parser.parse_args()
+    if args.quick:
+        args.number, args.repeat = 500, 2
 
     rows = []
     for name, fn in cases().items():
@@ -56,23 +54,8 @@ def main() -> None:
         best, median = min(runs), statistics.median(runs)
         rows.append({"case": name, "best_us": best, "median_us": median, "calls": number})
 
-    width = max(len(r["case"]) for r in rows)
-    print(f"{'case':<{width}}  {'best µs':>9}  {'median µs':>9}")
-    for r in rows:
-        print(f"{r['case']:<{width}}  {r['best_us']:9.2f}  {r['median_us']:9.2f}")
-
-    result = {
-        "benchmark": "step_rng",
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cuda": torch.cuda.is_available(),
-        "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    print(H.table(rows, ["case", "best_us", "median_us", "calls"]))
+    H.write(args.out, "step_rng", rows, cuda=torch.cuda.is_available())
 
 
 if __name__ == "__main__":

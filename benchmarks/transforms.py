@@ -13,18 +13,15 @@ the "keyed" and "shared generator" rows is the price of exact resumability.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
-import platform
 import statistics
 import timeit
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 
+import _harness as H  # benchmarks/ is on sys.path when a script here runs
 from seekdata.rng import (
     enter_sample,
     exit_sample,
@@ -139,12 +136,13 @@ def pipeline_cases(size: int) -> dict[str, Callable[[], object]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = H.script_parser(__doc__.splitlines()[0], H.RESULTS / "transforms.json")
     parser.add_argument("--number", type=int, default=5000, help="calls per timing run")
     parser.add_argument("--repeat", type=int, default=7, help="timing runs per case")
     parser.add_argument("--size", type=int, default=64, help="image side of the pipeline rows")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/transforms.json"))
     args = parser.parse_args()
+    if args.quick:
+        args.number, args.repeat = 200, 2
     torch.set_num_threads(1)  # per-sample work runs in one worker process
 
     cases = {**rng_cases(), **pipeline_cases(args.size)}
@@ -166,24 +164,8 @@ def main() -> None:
         for name in cases
     ]
 
-    width = max(len(r["case"]) for r in rows)
-    print(f"{'case (per sample)':<{width}}  {'best µs':>9}  {'median µs':>9}")
-    for r in rows:
-        print(f"{r['case']:<{width}}  {r['best_us']:9.2f}  {r['median_us']:9.2f}")
-
-    result = {
-        "benchmark": "transforms",
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "torch_threads": 1,
-        "image_size": args.size,
-        "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    print(H.table(rows, ["case", "best_us", "median_us", "calls"]))
+    H.write(args.out, "transforms", rows, torch_threads=1, image_size=args.size)
 
 
 if __name__ == "__main__":

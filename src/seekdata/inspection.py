@@ -359,15 +359,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m seekdata.inspection CHECKPOINT ...``: the ``inspect`` command alone."""
-    parser = argparse.ArgumentParser(prog="seekdata inspect", description=__doc__)
-    _arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.run(args))
-    except (ValueError, TypeError, OSError) as exc:
-        print(f"seekdata inspect: error: {exc}", file=sys.stderr)
-        return 2
+    """``python -m seekdata.inspection ...``: the same as ``seekdata inspect ...``."""
+    from seekdata import cli
+
+    return cli.main(["inspect", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

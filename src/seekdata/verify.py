@@ -401,17 +401,10 @@ def _resume(job: dict[str, Any], tmp: Path, loader: Any, step_fn: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m seekdata.verify MODULE:FACTORY ...``: the ``verify`` command alone."""
-    parser = argparse.ArgumentParser(
-        prog="seekdata verify", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    _arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.run(args))
-    except (ValueError, TypeError, OSError) as exc:
-        print(f"seekdata verify: error: {exc}", file=sys.stderr)
-        return 2
+    """``python -m seekdata.verify ...``: the same as ``seekdata verify ...``."""
+    from seekdata import cli
+
+    return cli.main(["verify", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
