@@ -33,19 +33,6 @@ def write_tar(path: pathlib.Path, names: list[str]) -> str:
     return str(path)
 
 
-@pytest.fixture
-def scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    scan = tarindex.scan_shard
-
-    def counting(path: str, url: str) -> tarindex.ShardIndex:
-        seen.append(url)
-        return scan(path, url)
-
-    monkeypatch.setattr(tarindex, "scan_shard", counting)
-    return seen
-
-
 def test_index_builds_every_shard_once(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], scans: list[str]
 ) -> None:

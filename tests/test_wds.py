@@ -71,20 +71,6 @@ def shards(tmp_path: pathlib.Path) -> str:
     return write_shards(tmp_path)
 
 
-@pytest.fixture
-def scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The URLs of every shard scanned from now on."""
-    seen: list[str] = []
-    scan = tarindex.scan_shard
-
-    def counting(path: str, url: str) -> tarindex.ShardIndex:
-        seen.append(url)
-        return scan(path, url)
-
-    monkeypatch.setattr(tarindex, "scan_shard", counting)
-    return seen
-
-
 # -- random access equals webdataset ----------------------------------------------
 
 
