@@ -30,7 +30,7 @@ def ranks(n: int, w: int, **kw) -> list[DistributedSampler]:
 
 @pytest.mark.parametrize(
     "n, w, drop_last, shuffle",
-    itertools.product([1, 3, 10, 33], [1, 2, 3, 4, 8], [False, True], [True, False]),
+    list(itertools.product([1, 3, 10, 33], [1, 2, 3, 4, 8], [False, True], [True, False])),
 )
 def test_order_torch_is_torch_for_every_rank_and_epoch(n, w, drop_last, shuffle) -> None:
     data = list(range(n))
