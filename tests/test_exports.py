@@ -12,3 +12,10 @@ def test_all_is_sorted_and_complete() -> None:
     assert public - modules == set(seekdata.__all__) - {"__version__"}
     for name in seekdata.__all__:
         assert getattr(seekdata, name) is not None
+
+
+def test_version_has_one_source() -> None:
+    """pyproject.toml reads the version from seekdata.__version__; the installed metadata agrees."""
+    import importlib.metadata
+
+    assert importlib.metadata.version("seekdata") == seekdata.__version__
