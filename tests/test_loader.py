@@ -227,14 +227,25 @@ def test_missing_key_is_named() -> None:
         make().load_state_dict(state)
 
 
-def test_load_while_an_iterator_is_live_is_an_error() -> None:
-    loader = make()
+@pytest.mark.parametrize("workers, persistent", [(0, False), (2, False), (2, True)])
+def test_load_while_an_iterator_is_live_follows_torchdata(workers, persistent) -> None:
+    """torchdata accepts load_state_dict with a live iterator; the next iter() starts from the
+    loaded state (this raised RuntimeError before)."""
+    ref = list(make(num_workers=workers, persistent_workers=persistent))
+    donor = make()
+    donor_it = iter(donor)
+    next(donor_it)
+    state = donor.state_dict()  # one batch consumed
+    loader = make(num_workers=workers, persistent_workers=persistent)
     it = iter(loader)
-    next(it)
-    with pytest.raises(RuntimeError, match="still live"):
-        loader.load_state_dict(loader.state_dict())
-    list(it)  # exhausted: loading is fine again
-    loader.load_state_dict(loader.state_dict())
+    for _ in range(3):
+        next(it)
+    loader.load_state_dict(state)
+    assert loader.state_dict() == state
+    with pytest.raises(RuntimeError, match="call iter\\(loader\\)"):
+        next(it)  # the old iterator no longer moves the cursor
+    assert loader.state_dict() == state
+    assert batches_equal(ref[1:], list(loader))
 
 
 def test_a_world_size_or_worker_change_is_accepted() -> None:
