@@ -471,3 +471,31 @@ def test_is_a_dataloader_with_its_attributes() -> None:
     assert isinstance(loader.sampler, seekdata.DistributedSampler)
     assert loader.dataset is not None and loader.multiprocessing_context is None
     assert callable(loader.collate_fn) and len(loader) == 4
+
+
+def test_torchdatas_constructor_is_ours() -> None:
+    """A torchdata user changes one import: every torchdata parameter, same kind and default
+    (snapshot_every_n_steps was a TypeError before)."""
+    import inspect
+
+    from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
+
+    ours = inspect.signature(seekdata.StatefulDataLoader).parameters
+    theirs = inspect.signature(TorchdataLoader).parameters
+    for name, p in theirs.items():
+        assert (ours[name].kind, ours[name].default) == (p.kind, p.default), name
+    positional = [n for n, p in theirs.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert list(ours)[: len(positional)] == positional  # positional order too
+
+
+def test_snapshot_every_n_steps_is_stored_and_exactness_does_not_depend_on_it() -> None:
+    loader = make(snapshot_every_n_steps=4)
+    assert loader.snapshot_every_n_steps == 4
+    assert_exact_resume(
+        functools.partial(make, snapshot_every_n_steps=4),
+        epochs=1,
+        resume_kwargs={"snapshot_every_n_steps": 1, "num_workers": 1},
+    )
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="snapshot_every_n_steps must be a positive int"):
+            make(snapshot_every_n_steps=bad)

@@ -190,8 +190,11 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         self._plan: Any
         if shuffle and (sampler is not None or batch_sampler is not None):  # torch's rule
             which = "sampler" if sampler is not None else "batch_sampler"
+            other = (
+                "shuffle" if sampler is not None else "batch_size, shuffle, sampler and drop_last"
+            )
             raise ValueError(
-                f"{where}: {which} option is mutually exclusive with shuffle; got shuffle="
+                f"{where}: {which} option is mutually exclusive with {other}; got shuffle="
                 f"{shuffle!r} and a {which}; shuffle in the sampler (e.g. "
                 f"seekdata.DistributedSampler(..., shuffle=True)) and leave shuffle unset here"
             )
