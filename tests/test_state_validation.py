@@ -301,3 +301,41 @@ def test_shuffle_with_a_sampler_is_refused_as_torch_does(kwargs, which) -> None:
     with pytest.raises(ValueError, match=f"{which} option is mutually exclusive with"):
         seekdata.StatefulDataLoader(range(4), shuffle=True, seed=0, **kwargs)
     seekdata.StatefulDataLoader(range(4), shuffle=False, seed=0, **kwargs)  # torch accepts it
+
+
+# --- issue 11.8: what is exact on another world size -------------------------------------------
+
+
+def test_the_same_global_batch_on_another_world_size_sees_the_same_samples() -> None:
+    """Step s covers global positions [s*B*W, (s+1)*B*W): 2 ranks x 4 resumed as 4 ranks x 2
+    (strict=False for the batch size) give every global step the same samples as before; the
+    docs promise this, not bit-identical model math."""
+    ds = GlobalRNGAug(40)
+
+    def ranks(world: int, batch: int) -> list[seekdata.StatefulDataLoader]:
+        return [
+            seekdata.StatefulDataLoader(
+                ds,
+                batch_size=batch,
+                sampler=seekdata.DistributedSampler(ds, world, r, seed=2),
+                seed=2,
+            )
+            for r in range(world)
+        ]
+
+    def global_steps(loaders: list) -> list[list[int]]:
+        per_rank = [[sorted(b["index"].tolist()) for b in x] for x in loaders]
+        return [sorted(sum(step, [])) for step in zip(*per_rank, strict=True)]
+
+    ref = global_steps(ranks(2, 4))
+    two = ranks(2, 4)
+    for it in [iter(x) for x in two]:
+        next(it)
+        next(it)
+    state = two[0].state_dict()
+    four = ranks(4, 2)
+    with pytest.warns(UserWarning, match="batch_size is 4 in the checkpoint but 2 here"):
+        for x in four:
+            x.load_state_dict(state, strict=False)
+    assert global_steps(four) == ref[2:]
+    assert [x.state_dict()["step"] for x in four] == [5] * 4  # the step count goes on too
