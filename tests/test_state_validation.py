@@ -324,8 +324,8 @@ def test_the_same_global_batch_on_another_world_size_sees_the_same_samples() -> 
         ]
 
     def global_steps(loaders: list) -> list[list[int]]:
-        per_rank = [[sorted(b["index"].tolist()) for b in x] for x in loaders]
-        return [sorted(sum(step, [])) for step in zip(*per_rank, strict=True)]
+        per_rank = [[b["index"].tolist() for b in x] for x in loaders]
+        return [sorted(i for batch in step for i in batch) for step in zip(*per_rank, strict=True)]
 
     ref = global_steps(ranks(2, 4))
     two = ranks(2, 4)

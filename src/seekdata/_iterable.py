@@ -20,6 +20,7 @@ import torch
 
 from seekdata import _dist, rng
 from seekdata import state as S
+from seekdata._seed import seed_to_adopt
 
 _WORKER_TAG = 0x574B5252  # "WKRR": worker RNG keys (seed, WORKER, epoch, rank, worker)
 K_ENGINE = "engine"  # torchdata's own state, nested (JSON-native for iterable datasets)
@@ -173,11 +174,7 @@ class IterableEngine:
         """Validate the whole state (seekdata's fields, then torchdata's nested state against
         this loader's ``num_workers`` and world size), then restore it."""
         where = "StatefulDataLoader.load_state_dict"
-        seed = self.seed
-        if adopt_seed and isinstance(state, dict):
-            value = state.get(S.K_SAMPLE_SEED)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                seed = value
+        seed = seed_to_adopt(state, self.seed, explicit=not adopt_seed, owns_sampler=False)
         expected = {S.K_KIND: "iterable", **self.fields(seed)}
         for message in S.check_state(state, expected, where=where, strict=strict):
             warnings.warn(message + " (strict=False: continuing)", stacklevel=3)

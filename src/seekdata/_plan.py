@@ -98,10 +98,8 @@ class ReplayPlan:
     """Batches from a sampler or batch sampler we cannot seek: resume replays its indices.
 
     The cursor is (epoch, batches consumed in the epoch). Resuming re-iterates the sampler
-    and skips that many batches of indices, O(k), and warns once.
+    and skips that many batches of indices, O(k), and warns once per loader.
     """
-
-    _warned = False
 
     def __init__(
         self,
@@ -133,6 +131,7 @@ class ReplayPlan:
         self.n = n
         self.epoch, self.done_batches, self._explicit = 0, 0, False
         self._restored: int | None = None  # the epoch a state restored, until set_epoch
+        self._warned = False  # the replay warning, once per loader (not per process: testable)
         self.ended = self.exhausted = False  # all batches consumed / the iterator finished
         self.step0, self.num_batches = 0, 0
 
@@ -150,8 +149,8 @@ class ReplayPlan:
         if self.ended:
             return
         it = iter(self.batches_of)
-        if self.done_batches and not ReplayPlan._warned:
-            ReplayPlan._warned = True
+        if self.done_batches and not self._warned:
+            self._warned = True
             warnings.warn(
                 f"StatefulDataLoader: the sampler {type(self.inner).__name__} cannot seek, so "
                 f"resuming replays its first {self.done_batches} batches of indices (O(k), no "

@@ -15,32 +15,17 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from seekdata import _dist, rng
+from seekdata import rng
 from seekdata import state as S
 from seekdata._fetch import BatchKey, Collate, KeyedDataset, WorkerInit
 from seekdata._iterable import IterableEngine
 from seekdata._plan import ReplayPlan, SeekPlan
+from seekdata._seed import default_seed, seed_to_adopt
 from seekdata.sampler import DistributedSampler, _check_bool, dataset_length
 
 __all__ = ["StatefulDataLoader"]
 
 _ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker base seeds)
-_SEED_TAG = 0x53454544  # "SEED": key of the default seed derived from torch's seed
-
-
-def _default_seed(generator: Any, where: str) -> int:
-    """``seed=None``: a seed derived (hashed, never arithmetic) from torch's seed — the
-    ``generator``'s if one is given, else the process's ``torch.initial_seed()`` — so
-    ``torch.manual_seed`` decides the run. In an initialised process group every rank takes
-    rank 0's value (a collective: every rank must build the loader, as with DDP's model)."""
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(
-            f"{where}: generator must be a torch.Generator or None; got "
-            f"{type(generator).__name__}; pass torch.Generator().manual_seed(s), or seed=s"
-        )
-    base = generator.initial_seed() if generator is not None else torch.initial_seed()
-    seed = rng.derive_key(base, _SEED_TAG, words=1)[0] >> 1  # 63 bits: an int64 anywhere
-    return _dist.agree_with_rank0(seed)
 
 
 class _KeyBatches(torch.utils.data.Sampler[BatchKey]):
@@ -105,7 +90,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         self._seed_explicit = seed is not None  # else the checkpoint's seed wins at load
         self._owns_sampler = sampler is None and batch_sampler is None
         if seed is None:
-            self.seed = _default_seed(generator, where)
+            self.seed = default_seed(generator, where)
             generator = None  # used: it decided the seed
         else:
             self.seed = rng.check_counter(seed, "seed", where)
@@ -279,18 +264,6 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
             S.K_SAMPLE_SEED: seed,
         }
 
-    def _seed_to_adopt(self, state: Any) -> int:
-        """``seed=None``: the checkpoint decides the seed, never the new process's torch seed."""
-        if self._seed_explicit or not isinstance(state, dict):
-            return self.seed
-        key = S.K_SEED if state.get(S.K_KIND) == "sampler" else S.K_SAMPLE_SEED
-        value = state.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return self.seed  # check_state names the bad field
-        if key == S.K_SEED and not self._owns_sampler:
-            return self.seed  # a sampler state keys the sampler's order, not our samples
-        return value
-
     def _apply_seed(self, seed: int) -> None:
         self.seed = seed
         if self._owns_sampler:
@@ -335,7 +308,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
             self._iterable.load_state_dict(state, strict, adopt_seed=not self._seed_explicit)
             self.seed = self._iterable.seed
             return
-        seed = self._seed_to_adopt(state)
+        seed = seed_to_adopt(
+            state, self.seed, explicit=self._seed_explicit, owns_sampler=self._owns_sampler
+        )
         expected = {S.K_KIND: "loader", **self._fields(seed)}
         if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
             stream = self._fields(seed)
