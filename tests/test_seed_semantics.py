@@ -172,3 +172,19 @@ def test_ranks_with_different_torch_seeds_agree_on_rank_0s(tmp_path: pathlib.Pat
     assert r0 == r1  # one seed, one order, one per-sample stream
     torch.manual_seed(1000)  # rank 0's torch seed decides
     assert build().seed == r0["seed"]
+
+
+def test_adopting_a_seed_restarts_persistent_workers() -> None:
+    """Persistent workers hold the dataset keyed by the old seed: adopting the checkpoint's
+    seed must reach them."""
+    full = run_under(1)
+    torch.manual_seed(1)
+    first = build()
+    it = iter(first)
+    head = [next(it)]
+    state = first.state_dict()
+    torch.manual_seed(2)
+    loader = build(num_workers=1, persistent_workers=True)
+    list(loader)  # workers started under the seed derived from torch seed 2
+    loader.load_state_dict(state)
+    assert batches_equal(full, head + list(loader))
