@@ -94,3 +94,91 @@ def test_iterable_state_is_validated() -> None:
         loader.load_state_dict(state)
     with pytest.raises(ValueError, match="decides its own order"):
         seekdata.StatefulDataLoader(Stream(), shuffle=True)
+
+
+class _RNGIter:
+    """An iterator that saves and restores global torch RNG in its own state (torchdata's
+    Stateful protocol): torchdata resumes it exactly at num_workers=0, so must seekdata."""
+
+    def __init__(self, n: int) -> None:
+        self.k, self.n = 0, n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.k >= self.n:
+            raise StopIteration
+        self.k += 1
+        return torch.tensor(self.k - 1), torch.rand(1)
+
+    def state_dict(self) -> dict:
+        return {"k": self.k, "rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.k = state["k"]
+        torch.set_rng_state(state["rng"])
+
+
+class SavesGlobalRNG(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return _RNGIter(9)
+
+
+def test_a_dataset_that_saves_global_rng_resumes_exactly_at_num_workers_0() -> None:
+    def make():
+        return seekdata.StatefulDataLoader(SavesGlobalRNG(), batch_size=2, seed=4)
+
+    full = list(make())
+    for stop in range(len(full) + 1):
+        first = make()
+        it = iter(first)
+        head = [next(it) for _ in range(stop)]
+        torch.rand(5)  # the caller's RNG moves between steps: the dataset must not see it
+        state = first.state_dict()
+        del it
+        torch.manual_seed(stop)
+        resumed = make()
+        resumed.load_state_dict(state)
+        rest = list(resumed)
+        assert all(torch.equal(a[1], b[1]) for a, b in zip(full, head + rest, strict=True)), stop
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_iterable_load_while_an_iterator_is_live_follows_torchdata(workers) -> None:
+    def make():
+        return seekdata.StatefulDataLoader(Stream(), batch_size=2, num_workers=workers, seed=1)
+
+    full = list(make())
+    donor = make()
+    donor_it = iter(donor)
+    next(donor_it)
+    state = donor.state_dict()
+    del donor_it
+    loader = make()
+    it = iter(loader)
+    next(it)
+    next(it)
+    loader.load_state_dict(state)  # raised nothing before either, but the old iterator ran on
+    with pytest.raises(RuntimeError, match="call iter\\(loader\\)"):
+        next(it)
+    assert same(full[1:], list(loader))
+
+
+def test_snapshot_every_n_steps_is_torchdatas_and_keeps_resume_exact() -> None:
+    def make(**kw):
+        return seekdata.StatefulDataLoader(Stream(), batch_size=2, num_workers=2, seed=1, **kw)
+
+    loader = make(snapshot_every_n_steps=3)
+    assert loader.snapshot_every_n_steps == 3
+    assert loader._iterable.engine.snapshot_every_n_steps == 3  # handed to torchdata's engine
+    full = list(make())
+    it = iter(loader)
+    head = [next(it) for _ in range(4)]  # past a snapshot, between two
+    state = loader.state_dict()
+    del it
+    resumed = make(snapshot_every_n_steps=3)
+    resumed.load_state_dict(state)
+    assert same(full, head + list(resumed))
+    with pytest.raises(ValueError, match="snapshot_every_n_steps must be a positive int"):
+        make(snapshot_every_n_steps=0)

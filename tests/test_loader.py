@@ -227,14 +227,25 @@ def test_missing_key_is_named() -> None:
         make().load_state_dict(state)
 
 
-def test_load_while_an_iterator_is_live_is_an_error() -> None:
-    loader = make()
+@pytest.mark.parametrize("workers, persistent", [(0, False), (2, False), (2, True)])
+def test_load_while_an_iterator_is_live_follows_torchdata(workers, persistent) -> None:
+    """torchdata accepts load_state_dict with a live iterator; the next iter() starts from the
+    loaded state (this raised RuntimeError before)."""
+    ref = list(make(num_workers=workers, persistent_workers=persistent))
+    donor = make()
+    donor_it = iter(donor)
+    next(donor_it)
+    state = donor.state_dict()  # one batch consumed
+    loader = make(num_workers=workers, persistent_workers=persistent)
     it = iter(loader)
-    next(it)
-    with pytest.raises(RuntimeError, match="still live"):
-        loader.load_state_dict(loader.state_dict())
-    list(it)  # exhausted: loading is fine again
-    loader.load_state_dict(loader.state_dict())
+    for _ in range(3):
+        next(it)
+    loader.load_state_dict(state)
+    assert loader.state_dict() == state
+    with pytest.raises(RuntimeError, match="call iter\\(loader\\)"):
+        next(it)  # the old iterator no longer moves the cursor
+    assert loader.state_dict() == state
+    assert batches_equal(ref[1:], list(loader))
 
 
 def test_a_world_size_or_worker_change_is_accepted() -> None:
@@ -460,3 +471,31 @@ def test_is_a_dataloader_with_its_attributes() -> None:
     assert isinstance(loader.sampler, seekdata.DistributedSampler)
     assert loader.dataset is not None and loader.multiprocessing_context is None
     assert callable(loader.collate_fn) and len(loader) == 4
+
+
+def test_torchdatas_constructor_is_ours() -> None:
+    """A torchdata user changes one import: every torchdata parameter, same kind and default
+    (snapshot_every_n_steps was a TypeError before)."""
+    import inspect
+
+    from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
+
+    ours = inspect.signature(seekdata.StatefulDataLoader).parameters
+    theirs = inspect.signature(TorchdataLoader).parameters
+    for name, p in theirs.items():
+        assert (ours[name].kind, ours[name].default) == (p.kind, p.default), name
+    positional = [n for n, p in theirs.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert list(ours)[: len(positional)] == positional  # positional order too
+
+
+def test_snapshot_every_n_steps_is_stored_and_exactness_does_not_depend_on_it() -> None:
+    loader = make(snapshot_every_n_steps=4)
+    assert loader.snapshot_every_n_steps == 4
+    assert_exact_resume(
+        functools.partial(make, snapshot_every_n_steps=4),
+        epochs=1,
+        resume_kwargs={"snapshot_every_n_steps": 1, "num_workers": 1},
+    )
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="snapshot_every_n_steps must be a positive int"):
+            make(snapshot_every_n_steps=bad)

@@ -110,11 +110,15 @@ def test_seek_equals_iterating_and_elastic_resume(n, w, w2, epoch, drop_last, da
             keep = (len(remaining) // w2) * w2
             assert sorted(flat) == sorted(remaining[:keep])
         else:
-            # torch-style padding repeats the epoch's head, fewer than W' samples
+            # fewer than W' padding samples: on the same world size torch's (the epoch's head,
+            # as the uninterrupted run), on another the head of the rest: nothing consumed
             pad = len(flat) - len(remaining)
             assert 0 <= pad < w2
-            head = [full_global[j % n] for j in range(pad)]
+            pool = full_global if w2 == w else remaining
+            head = [pool[j % len(pool)] for j in range(pad)]
             assert sorted(flat) == sorted(remaining + head)
+            if w2 != w:
+                assert not set(flat) & set(full_global[:done])  # nothing consumed reappears
     else:
         assert flat == []
 

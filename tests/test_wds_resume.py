@@ -176,22 +176,26 @@ def test_elastic_resume_from_two_ranks_to_three(augmented: Augmented) -> None:
 
     consumed = [k for r in before for k in keys(r)]
     resumed = [k for r in rest for k in keys(r)]
-    padding = -(N - 16) % 3  # 19 positions left over 3 ranks: torch pads 2 from the head
+    padding = -(N - 16) % 3  # 19 positions left over 3 ranks: 2 padded from the rest's head
     assert padding == 2 and len(resumed) == N - 16 + padding
     assert set(consumed) | set(resumed) == set(index_of(shards))  # nothing lost
-    assert len(set(consumed)) == len(consumed) and len(set(resumed)) == len(resumed)
-    assert len(set(consumed) & set(resumed)) == padding  # only the padding reappears
+    assert len(set(consumed)) == len(consumed) and len(set(resumed)) == len(resumed) - padding
+    assert not set(consumed) & set(resumed)  # nothing consumed reappears
 
-    # the same global stream as one uninterrupted rank, positions past n padding from the head
+    # the same global stream as one uninterrupted rank; positions past n pad from the head of
+    # the partition: the rest (from 16) in epoch 0, the epoch's head in epoch 1
+
     one = seekdata.DistributedSampler(shards, 1, 0, order="shards", seed=SEED)
-    for epoch, streams in (
-        (0, {**global_stream([keys(r) for r in before], 0, 2),
-             **global_stream([keys(r) for r in rest], 16, 3)}),
-        (1, global_stream([keys(r) for r in nxt], 0, 3)),
+    for epoch, origin, streams in (
+        (0, 16, {**global_stream([keys(r) for r in before], 0, 2),
+                 **global_stream([keys(r) for r in rest], 16, 3)}),
+        (1, 0, global_stream([keys(r) for r in nxt], 0, 3)),
     ):  # fmt: skip
         positions = sorted(streams)
         assert positions == list(range(len(positions))) and len(positions) >= N
-        want = one.indices(epoch, np.array(positions) % N).tolist()
+        pos = np.array(positions)
+        want = one.indices(epoch, np.where(pos < N, pos, origin + (pos - origin) % (N - origin)))
+        want = want.tolist()
         assert [streams[p] for p in positions] == [shards.key_of(i) for i in want]
 
     # every sample got the augmentation a single main-process rank gives it

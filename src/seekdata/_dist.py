@@ -94,3 +94,16 @@ def world_size_or_one() -> int:
 def local_rank() -> int | None:
     """``LOCAL_RANK`` (set by torchrun), or None."""
     return _env_int("LOCAL_RANK", "local rank")
+
+
+def agree_with_rank0(value: int) -> int:
+    """``value`` on rank 0 of an initialised process group, on every rank; else ``value``.
+
+    A collective (every rank must call it): for defaults that derive from per-process state,
+    such as a seed from ``torch.initial_seed()``, which differs between unseeded ranks.
+    """
+    if not pg_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)  # uses the backend's device (CUDA for NCCL)
+    return int(box[0])

@@ -20,6 +20,7 @@ import torch
 
 from seekdata import _dist, rng
 from seekdata import state as S
+from seekdata._seed import seed_to_adopt
 
 _WORKER_TAG = 0x574B5252  # "WKRR": worker RNG keys (seed, WORKER, epoch, rank, worker)
 K_ENGINE = "engine"  # torchdata's own state, nested (JSON-native for iterable datasets)
@@ -64,6 +65,10 @@ class IterableEngine:
         self.num_workers = int(kwargs.get("num_workers", 0))
         self.seeder = WorkerSeeder(seed, _dist.rank_or_zero(), kwargs.pop("worker_init_fn", None))
         self.epoch, self.exhausted, self._explicit = 0, False, False
+        self._restored: int | None = None  # the epoch a state restored, until set_epoch
+        self._generation = 0  # bumped by iter() and load_state_dict: older iterators are stale
+        # num_workers=0: the global-RNG state of the dataset's stream, kept apart from the caller's
+        self._private: tuple[Any, Any, Any] | None = None
         with _quiet():
             self.engine = TorchdataLoader(
                 dataset,
@@ -78,33 +83,54 @@ class IterableEngine:
             self._forward_epoch()
         self._explicit = self.exhausted = False
         self.seeder.epoch = self.epoch
-        # num_workers=0: the dataset runs in this process. Give its stream a private global-RNG
-        # state keyed like worker 0's, swapped in around every step, so the caller's RNG is
-        # untouched and a resume (which fast-forwards the dataset) replays the same draws.
-        private: tuple[Any, Any, Any] | None = None
-        saved: tuple[Any, Any, Any] | None = None
-        if self.num_workers == 0:
-            saved = rng.capture_globals()
-            self.seeder.seed_globals(0)
-            private = rng.capture_globals()
+        self._generation += 1
+        self._private = self._fresh_private()
+        return self._stream(self._generation)
+
+    def _fresh_private(self) -> tuple[Any, Any, Any] | None:
+        """num_workers=0: the dataset runs in this process. Its stream gets a private global-RNG
+        state keyed like worker 0's, swapped in around every step (and around ``state_dict``,
+        so a dataset that saves global RNG in its state saves its own), so the caller's RNG is
+        untouched and a resume replays the same draws."""
+        if self.num_workers:
+            return None
+        saved = rng.capture_globals()
+        self.seeder.seed_globals(0)
+        private = rng.capture_globals()
+        rng.restore_globals(saved)
+        return private
+
+    @contextmanager
+    def _scope(self) -> Iterator[None]:
+        if self._private is None:
+            with _quiet():
+                yield
+            return
+        saved = rng.capture_globals()
+        rng.restore_globals(self._private)
+        try:
+            with _quiet():
+                yield
+        finally:
+            self._private = rng.capture_globals()
             rng.restore_globals(saved)
+
+    def _stream(self, generation: int) -> Iterator[Any]:
         inner: Iterator[Any] | None = None
+        end = object()
         while True:
-            saved = rng.capture_globals() if private is not None else None
-            try:
-                if private is not None:
-                    rng.restore_globals(private)
-                with _quiet():
-                    if inner is None:
-                        inner = iter(self.engine)
-                    batch = next(inner)
-            except StopIteration:
+            if generation != self._generation:
+                raise RuntimeError(
+                    "StatefulDataLoader: this iterator was replaced by a later iter() or "
+                    "load_state_dict(); call iter(loader) to continue from the loader's state"
+                )
+            with self._scope():
+                if inner is None:
+                    inner = iter(self.engine)
+                batch = next(inner, end)
+            if batch is end:
                 self.exhausted = True
                 return
-            finally:
-                if saved is not None:
-                    private = rng.capture_globals()
-                    rng.restore_globals(saved)
             yield batch
 
     def _forward_epoch(self) -> None:
@@ -112,21 +138,27 @@ class IterableEngine:
             self.dataset.set_epoch(self.epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        epoch = rng.check_counter(epoch, "epoch", "StatefulDataLoader.set_epoch")
+        where = "StatefulDataLoader.set_epoch"
+        epoch = rng.check_counter(epoch, "epoch", where)
+        S.warn_rewind(where, epoch, self._restored)
+        self._restored = None
         if epoch != self.epoch:
             self.epoch, self.exhausted = epoch, False
         self._explicit = True
         self._forward_epoch()
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self, seed: int | None = None) -> dict[str, Any]:
         return {
-            S.K_SAMPLE_SEED: self.seed,
+            S.K_SAMPLE_SEED: self.seed if seed is None else seed,
             S.K_BATCH_SIZE: self.batch_size or 1,
             S.K_BATCH_DROP_LAST: self.drop_last,
         }
 
     def state_dict(self) -> dict[str, Any]:
-        engine = self.engine.state_dict()
+        if self._private is None:
+            self._private = self._fresh_private()  # the state of the stream iter() would start
+        with self._scope():
+            engine = self.engine.state_dict()
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "iterable",
@@ -138,34 +170,71 @@ class IterableEngine:
             K_ENGINE: engine,
         }
 
-    def load_state_dict(self, state: Any, strict: bool) -> None:
+    def load_state_dict(self, state: Any, strict: bool, *, adopt_seed: bool = False) -> None:
+        """Validate the whole state (seekdata's fields, then torchdata's nested state against
+        this loader's ``num_workers`` and world size), then restore it."""
         where = "StatefulDataLoader.load_state_dict"
-        expected = {S.K_KIND: "iterable", **self.fields()}
+        seed = seed_to_adopt(state, self.seed, explicit=not adopt_seed, owns_sampler=False)
+        expected = {S.K_KIND: "iterable", **self.fields(seed)}
         for message in S.check_state(state, expected, where=where, strict=strict):
             warnings.warn(message + " (strict=False: continuing)", stacklevel=3)
-        if K_ENGINE not in state:
+        _check_engine(state.get(K_ENGINE), self.num_workers, where)
+        old, here = state.get(S.K_WORLD_SIZE, 1), _dist.world_size_or_one()
+        if old != here:
             raise S.StateMismatchError(
-                f"{where}: state is missing {K_ENGINE!r}; pass an unmodified state_dict()"
+                f"{where}: world_size is {old} in the checkpoint but {here} here; an "
+                f"IterableDataset's state is its own rank's stream, so it resumes only on the "
+                f"same world size; resume on {old} ranks, or use a map-style dataset (elastic)"
             )
+        # everything is valid: only now change the loader
+        if seed != self.seed:
+            self.seed = self.seeder.seed = seed
+            self.engine.generator = rng.torch_generator(seed, _WORKER_TAG)
         self.epoch, self.exhausted, self._explicit = state[S.K_EPOCH], state[S.K_EXHAUSTED], False
+        self._restored = self.epoch
+        self._generation += 1  # an iterator from before the load stops
+        self._private = None
         self._forward_epoch()
         with _quiet():
-            try:
-                self.engine.load_state_dict(state[K_ENGINE])
-            except (AssertionError, KeyError, ValueError) as err:
-                raise S.StateMismatchError(
-                    f"{where}: torchdata could not restore the iterable dataset's state ({err!r}); "
-                    f"for IterableDatasets keep num_workers as in the checkpoint "
-                    f"({_engine_workers(state[K_ENGINE])})"
-                ) from err
+            self.engine.load_state_dict(state[K_ENGINE])
+
+
+def _check_engine(engine: Any, num_workers: int, where: str) -> None:
+    """torchdata's nested state must be a complete one for this ``num_workers``: torchdata
+    itself would fail at the next ``iter()`` (a bare AssertionError) or, for ``{}``, silently
+    restart the stream."""
+    fix = "pass an unmodified state_dict()"
+    if not isinstance(engine, dict) or not engine:
+        raise S.StateMismatchError(
+            f"{where}: state[{K_ENGINE!r}] must be the non-empty dict torchdata's state_dict() "
+            f"returned; got {type(engine).__name__} {str(engine)[:60]}; {fix}"
+        )
+    if "_snapshot" in engine:
+        snap = engine["_snapshot"]
+        main = snap.get("_main_snapshot") if isinstance(snap, dict) else None
+        old = main.get("_num_workers") if isinstance(main, dict) else None
+        if not isinstance(old, int) or "_steps_since_snapshot" not in engine:
+            raise S.StateMismatchError(
+                f"{where}: state[{K_ENGINE!r}] is an incomplete torchdata worker state (no "
+                f"'_snapshot._main_snapshot._num_workers' or '_steps_since_snapshot'); {fix}"
+            )
+    elif "_num_yielded" in engine:
+        old = 0
+    else:
+        raise S.StateMismatchError(
+            f"{where}: state[{K_ENGINE!r}] is not a torchdata state (keys: "
+            f"{sorted(map(str, engine))[:6]}); {fix}"
+        )
+    if old != num_workers:
+        raise S.StateMismatchError(
+            f"{where}: num_workers is {old} in the checkpoint but {num_workers} here; an "
+            f"IterableDataset splits its stream over the workers itself, so its state resumes "
+            f"only on the same worker count; pass num_workers={old}, or use a map-style dataset "
+            f"(any num_workers at resume)"
+        )
 
 
 def _num_yielded(engine_state: dict[str, Any]) -> int:
     if "_snapshot" in engine_state:
         return int(engine_state["_snapshot"].get("_snapshot_step", 0))
     return int(engine_state.get("_num_yielded", 0))
-
-
-def _engine_workers(engine_state: dict[str, Any]) -> int:
-    snap = engine_state.get("_snapshot", {}).get("_main_snapshot", {})
-    return int(snap.get("_num_workers", 0))

@@ -1,9 +1,10 @@
 """Plans for the loader: a seekable one (seekdata samplers) and a replaying one (any other).
 
 Both give the loader the same small interface: ``begin`` an epoch at the cursor, yield its
-``batches`` as :class:`BatchKey`, move the cursor when batches are ``consumed``, and
-``load`` a state. Only the replaying plan ever iterates past what it yields: a sampler we
-cannot seek is re-iterated and its first k batches of *indices* skipped (never data).
+``batches`` as :class:`BatchKey`, move the cursor when batches are ``consumed``, ``check``
+a state (raising, assigning nothing) and then ``load`` it. Only the replaying plan ever
+iterates past what it yields: a sampler we cannot seek is re-iterated and its first k batches
+of *indices* skipped (never data).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import torch.utils.data
 
+from seekdata import _dist
 from seekdata import state as S
 from seekdata._fetch import BatchKey
 from seekdata.rng import check_counter
@@ -64,28 +66,40 @@ class SeekPlan:
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
 
-    def cursor(self) -> tuple[int, int, bool]:
+    def cursor(self) -> dict[str, Any]:
         s = self.sampler
-        return s.epoch, s.position, s._exhausted and s.position >= s.n
+        return {
+            S.K_EPOCH: s.epoch,
+            S.K_POSITION: s.position,
+            S.K_EXHAUSTED: s._exhausted and s.position >= s.n,
+        }
 
     def world_size(self) -> int:
         return self.sampler.num_replicas
 
+    def origin(self) -> int:
+        return self.sampler._origin_field()
+
     def stream_fields(self) -> dict[str, Any]:
         return self.sampler._stream_fields()
 
-    def load(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
-        self.sampler._load_cursor(state, expected, where, strict)
+    def max_step(self, state: Any) -> int:
+        # every step consumes at least one new global position (rank 0's is never padding)
+        return int(state[S.K_POSITION])
+
+    def check(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
+        self.sampler._check_cursor(state, expected, where, strict)
+
+    def load(self, state: Any) -> None:
+        self.sampler._assign_cursor(state)
 
 
 class ReplayPlan:
     """Batches from a sampler or batch sampler we cannot seek: resume replays its indices.
 
     The cursor is (epoch, batches consumed in the epoch). Resuming re-iterates the sampler
-    and skips that many batches of indices, O(k), and warns once.
+    and skips that many batches of indices, O(k), and warns once per loader.
     """
-
-    _warned = False
 
     def __init__(
         self,
@@ -116,6 +130,8 @@ class ReplayPlan:
         self.inner = sampler if sampler is not None else batch_sampler
         self.n = n
         self.epoch, self.done_batches, self._explicit = 0, 0, False
+        self._restored: int | None = None  # the epoch a state restored, until set_epoch
+        self._warned = False  # the replay warning, once per loader (not per process: testable)
         self.ended = self.exhausted = False  # all batches consumed / the iterator finished
         self.step0, self.num_batches = 0, 0
 
@@ -133,8 +149,8 @@ class ReplayPlan:
         if self.ended:
             return
         it = iter(self.batches_of)
-        if self.done_batches and not ReplayPlan._warned:
-            ReplayPlan._warned = True
+        if self.done_batches and not self._warned:
+            self._warned = True
             warnings.warn(
                 f"StatefulDataLoader: the sampler {type(self.inner).__name__} cannot seek, so "
                 f"resuming replays its first {self.done_batches} batches of indices (O(k), no "
@@ -157,18 +173,37 @@ class ReplayPlan:
         return len(self.batches_of)
 
     def set_epoch(self, epoch: int) -> None:
-        epoch = check_counter(epoch, "epoch", "StatefulDataLoader.set_epoch")
+        where = "StatefulDataLoader.set_epoch"
+        epoch = check_counter(epoch, "epoch", where)
+        S.warn_rewind(where, epoch, self._restored)
+        self._restored = None
         if epoch != self.epoch:
             self.epoch, self.done_batches, self.ended, self.exhausted = epoch, 0, False, False
         self._explicit = True
         if hasattr(self.inner, "set_epoch"):
             self.inner.set_epoch(epoch)
 
-    def cursor(self) -> tuple[int, int, bool]:
-        return self.epoch, (self.n if self.ended else self.done_batches), self.exhausted
+    def cursor(self) -> dict[str, Any]:
+        return {
+            S.K_EPOCH: self.epoch,
+            S.K_POSITION: self.n if self.ended else self.done_batches,
+            S.K_EXHAUSTED: self.exhausted,
+        }
 
     def world_size(self) -> int:
-        return int(getattr(self.inner, "num_replicas", 1))
+        """The sampler's ``num_replicas`` (or its inner sampler's), else the process group's."""
+        for obj in (self.inner, getattr(self.inner, "sampler", None)):
+            if isinstance(getattr(obj, "num_replicas", None), int):
+                return int(obj.num_replicas)  # type: ignore[union-attr]
+        return _dist.world_size_or_one()
+
+    def origin(self) -> int:
+        return 0
+
+    def max_step(self, state: Any) -> int:
+        if state[S.K_POSITION] < self.n:
+            return int(state[S.K_POSITION])  # batches consumed in the epoch, on each rank
+        return max(self.n, len(self.batches_of) if hasattr(self.batches_of, "__len__") else 0)
 
     def stream_fields(self) -> dict[str, Any]:
         return {
@@ -179,13 +214,27 @@ class ReplayPlan:
             S.K_DROP_LAST: bool(getattr(self.inner, "drop_last", False)),
         }
 
-    def load(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
+    def check(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
         for message in S.check_state(state, expected, where=where, strict=strict):
-            warnings.warn(message + " (strict=False: continuing)", stacklevel=3)
+            warnings.warn(message + " (strict=False: continuing)", stacklevel=4)
+        old, here, done = state.get(S.K_WORLD_SIZE), self.world_size(), state[S.K_POSITION]
+        if old is not None and old != here and 0 < done < self.n:
+            name = type(self.inner).__name__
+            raise S.StateMismatchError(
+                f"{where}: world_size is {old} in the checkpoint but {here} here, and the "
+                f"sampler {name} cannot seek: it partitions the epoch by world size, so the "
+                f"rest of epoch {state[S.K_EPOCH]} ({done} batches consumed on each rank) cannot "
+                f"be continued on {here} ranks without losing or repeating samples; resume on "
+                f"{old} ranks, or from an epoch boundary, or use seekdata.DistributedSampler "
+                f"(order='torch' keeps torch's order), whose cursor re-partitions the rest"
+            )
+
+    def load(self, state: Any) -> None:
         self.epoch = state[S.K_EPOCH]
         self.ended = state[S.K_POSITION] >= self.n
         self.exhausted = self.ended and bool(state[S.K_EXHAUSTED])
         self.done_batches = 0 if self.ended else state[S.K_POSITION]
         self._explicit = False
+        self._restored = self.epoch
         if hasattr(self.inner, "set_epoch"):
             self.inner.set_epoch(self.epoch)

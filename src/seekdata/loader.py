@@ -20,6 +20,7 @@ from seekdata import state as S
 from seekdata._fetch import BatchKey, Collate, KeyedDataset, WorkerInit
 from seekdata._iterable import IterableEngine
 from seekdata._plan import ReplayPlan, SeekPlan
+from seekdata._seed import default_seed, seed_to_adopt
 from seekdata.sampler import DistributedSampler, _check_bool, dataset_length
 
 __all__ = ["StatefulDataLoader"]
@@ -48,11 +49,14 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
     but it never runs ``DataLoader.__init__`` or its iterator: the engine is a separate
     ``DataLoader`` over keyed batches, and iteration goes through the cursor.
 
-    Adds ``seed`` (keys every sample's and batch's randomness), ``reseed_global_rng`` (seed
+    Adds ``seed`` (keys every sample's and batch's randomness; None: derived from torch's seed
+    and replaced by the checkpoint's at ``load_state_dict``), ``reseed_global_rng`` (seed
     torch/numpy/``random`` global RNG per sample; turn off when the dataset only uses
     :func:`seekdata.sample_rng`) and ``batch_transform`` (a ``(batch, rng) -> batch`` callable
     applied after collation, e.g. MixUp). ``state_dict()`` is a cursor; ``load_state_dict()``
-    is O(1) and accepts another ``num_workers`` or world size.
+    is O(1) and accepts another ``num_workers`` or world size. ``snapshot_every_n_steps`` is
+    torchdata's: accepted and stored; a cursor is exact at every step whatever its value (it is
+    passed on to torchdata for iterable datasets).
     """
 
     def __init__(
@@ -75,14 +79,31 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
-        seed: int = 0,
+        seed: int | None = None,
         reseed_global_rng: bool = True,
         batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
+        snapshot_every_n_steps: int | None = 1,
     ) -> None:
         where = "StatefulDataLoader"
         self._iterable: IterableEngine | None = None
         self.dataset = dataset
-        self.seed = rng.check_counter(seed, "seed", where)
+        self._seed_explicit = seed is not None  # else the checkpoint's seed wins at load
+        self._owns_sampler = sampler is None and batch_sampler is None
+        if seed is None:
+            self.seed = default_seed(generator, where)
+            generator = None  # used: it decided the seed
+        else:
+            self.seed = rng.check_counter(seed, "seed", where)
+        if snapshot_every_n_steps is not None and (
+            isinstance(snapshot_every_n_steps, bool)
+            or not isinstance(snapshot_every_n_steps, int)
+            or snapshot_every_n_steps < 1
+        ):
+            raise ValueError(
+                f"{where}: snapshot_every_n_steps must be a positive int or None; got "
+                f"{snapshot_every_n_steps!r}; leave it at 1 (a cursor is exact at every step)"
+            )
+        self.snapshot_every_n_steps = snapshot_every_n_steps
         self.reseed_global_rng = _check_bool(reseed_global_rng, "reseed_global_rng", where)
         self.drop_last = _check_bool(drop_last, "drop_last", where)
         self.in_order = _check_bool(in_order, "in_order", where)
@@ -145,18 +166,24 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
                     collate_fn=collate_fn,
                     drop_last=drop_last,
                     worker_init_fn=worker_init_fn,
+                    snapshot_every_n_steps=snapshot_every_n_steps or 1,
                     **engine_options,
                 ),
             )
             return
         n = dataset_length(dataset, where)
         self._plan: Any
+        if shuffle and (sampler is not None or batch_sampler is not None):  # torch's rule
+            which = "sampler" if sampler is not None else "batch_sampler"
+            other = (
+                "shuffle" if sampler is not None else "batch_size, shuffle, sampler and drop_last"
+            )
+            raise ValueError(
+                f"{where}: {which} option is mutually exclusive with {other}; got shuffle="
+                f"{shuffle!r} and a {which}; shuffle in the sampler (e.g. "
+                f"seekdata.DistributedSampler(..., shuffle=True)) and leave shuffle unset here"
+            )
         if isinstance(sampler, DistributedSampler) and batch_sampler is None:
-            if shuffle is not None and shuffle is not sampler.shuffle:
-                raise ValueError(
-                    f"{where}: sampler option is mutually exclusive with shuffle; got shuffle="
-                    f"{shuffle}; set shuffle on the sampler"
-                )
             self.sampler = sampler
         elif sampler is None and batch_sampler is None:
             shuffle = bool(shuffle)
@@ -215,7 +242,8 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         return int(self._plan.full_len())
 
     def set_epoch(self, epoch: int) -> None:
-        """Same rules as ``DistributedSampler.set_epoch``: never rewinds a restored epoch."""
+        """Same rules as ``DistributedSampler.set_epoch``: keeps the position of a restored
+        epoch; an epoch below the restored one is obeyed, with a warning naming both."""
         if self._iterable is not None:
             self._iterable.set_epoch(epoch)
             return
@@ -223,13 +251,29 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
 
     # --- state ----------------------------------------------------------------------------------
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self, seed: int | None = None) -> dict[str, Any]:
+        """The fields that define the stream; ``seed`` replaces ours (a seed to adopt)."""
+        seed = self.seed if seed is None else seed
+        stream = self._plan.stream_fields()
+        if self._owns_sampler:  # our default sampler's order is keyed by our seed
+            stream[S.K_SEED] = seed
         return {
-            **self._plan.stream_fields(),
+            **stream,
             S.K_BATCH_SIZE: self.batch_size or 1,
             S.K_BATCH_DROP_LAST: self.drop_last,
-            S.K_SAMPLE_SEED: self.seed,
+            S.K_SAMPLE_SEED: seed,
         }
+
+    def _apply_seed(self, seed: int) -> None:
+        self.seed = seed
+        if self._owns_sampler:
+            self._plan.sampler._reseed(seed)
+        self._keyed.seed = seed
+        self._engine.collate_fn.seed = seed  # type: ignore[union-attr]  # our Collate
+        self._engine.generator = rng.torch_generator(seed, _ENGINE_TAG)
+        # persistent workers hold copies keyed by the old seed: let the next iter() start anew
+        if getattr(self._engine, "_iterator", None) is not None:
+            self._engine._iterator = None
 
     def state_dict(self) -> dict[str, Any]:
         """The cursor: JSON-native, a few hundred bytes, identical on every rank. Counts only
@@ -242,37 +286,51 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
                 "in_order=False batches reach you out of order, so no cursor says which were "
                 "consumed; pass in_order=True to checkpoint"
             )
-        epoch, position, exhausted = self._plan.cursor()
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "loader",
-            S.K_EPOCH: epoch,
-            S.K_POSITION: position,
-            S.K_EXHAUSTED: exhausted,
+            **self._plan.cursor(),
             S.K_STEP: self._step,
             **self._fields(),
             S.K_WORLD_SIZE: self._plan.world_size(),
+            S.K_ORIGIN: self._plan.origin(),
         }
 
     def load_state_dict(self, state: Any, strict: bool = True) -> None:
-        """Restore the cursor in O(1), validating every field; any num_workers or world size."""
+        """Restore the cursor in O(1), validating the whole state before changing anything.
+
+        Any ``num_workers``; any world size with a seekable sampler. As in torchdata, it may be
+        called while an iterator exists: the next ``iter()`` starts from the loaded state (the
+        old iterator stops counting and raises if used). With ``seed=None`` the checkpoint's
+        seed is adopted."""
         where = "StatefulDataLoader.load_state_dict"
         if self._iterable is not None:
-            self._iterable.load_state_dict(state, strict)
+            self._iterable.load_state_dict(state, strict, adopt_seed=not self._seed_explicit)
+            self.seed = self._iterable.seed
             return
-        live = self._live() if self._live is not None else None
-        if live is not None and not live._done:
-            raise RuntimeError(
-                f"{where}: an iterator of this loader is still live; load the state before "
-                f"iter(loader) (or exhaust/delete the iterator first)"
-            )
-        expected = {S.K_KIND: "loader", **self._fields()}
+        seed = seed_to_adopt(
+            state, self.seed, explicit=self._seed_explicit, owns_sampler=self._owns_sampler
+        )
+        expected = {S.K_KIND: "loader", **self._fields(seed)}
         if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
-            expected = {S.K_KIND: "sampler", **self._plan.stream_fields()}
-        self._plan.load(state, expected, where, strict)
-        step = state.get(S.K_STEP, 0)
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise S.StateMismatchError(f"{where}: state['step'] must be an int >= 0; got {step!r}")
+            stream = self._fields(seed)
+            expected = {S.K_KIND: "sampler", **{k: stream[k] for k in self._plan.stream_fields()}}
+        self._plan.check(state, expected, where, strict)
+        step, limit = state.get(S.K_STEP, 0), self._plan.max_step(state)
+        if step > limit:  # the type and the sign were checked with the rest
+            raise S.StateMismatchError(
+                f"{where}: state['step'] must be in [0, {limit}] at position "
+                f"{state[S.K_POSITION]} (a step consumes at least one position); got {step}; "
+                f"pass an unmodified state_dict()"
+            )
+        # everything is valid: only now change the loader
+        live = self._live() if self._live is not None else None
+        if live is not None:
+            live._detach()
+        self._live = None
+        if seed != self.seed:
+            self._apply_seed(seed)
+        self._plan.load(state)
         self._step = step
 
 
@@ -284,11 +342,22 @@ class _LoaderIter:
         self._engine_iter = engine_iter
         self._k = 0
         self._done = False
+        self._stale = False
+
+    def _detach(self) -> None:
+        """A state was loaded: this iterator no longer moves the cursor (torchdata's rule)."""
+        self._stale = True
+        self._engine_iter = iter(())  # drop the engine's iterator (its workers shut down)
 
     def __iter__(self) -> _LoaderIter:
         return self
 
     def __next__(self) -> Any:
+        if self._stale:
+            raise RuntimeError(
+                "StatefulDataLoader: this iterator was created before load_state_dict(), which "
+                "moved the loader to the loaded state; call iter(loader) to continue from it"
+            )
         try:
             batch = next(self._engine_iter)
         except StopIteration:

@@ -2,9 +2,11 @@
 
 The cursor is (epoch, global position): how many positions of the epoch's global stream
 have been consumed, summed over all ranks. Rank r of W takes positions ``P0 + r + k*W``
-from the position ``P0`` it started at, with torch's padding (repeat from the head) and
-``drop_last`` rules, so the state is identical on every rank, and a state saved with W
-ranks continues the same global stream on W' ranks.
+from the position ``P0`` it started at, with torch's padding and ``drop_last`` rules, so the
+state is identical on every rank, and a state saved with W ranks continues the same global
+stream on W' ranks. Padding repeats the head of the partition: the epoch's head, as torch
+does, or, after a resume on another world size, the head of the remaining stream, so nothing
+consumed reappears.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.shuffle = _check_bool(shuffle, "shuffle", where)
         self.drop_last = _check_bool(drop_last, "drop_last", where)
         self.seed = check_counter(seed, "seed", where)
+        self._order_arg = order
         self.order: Order = make_order(
             order, self.n, self.seed, shuffle=self.shuffle, dataset=dataset
         )
@@ -83,6 +86,8 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.total_size = self.num_samples * self.num_replicas
         self.epoch = 0
         self.position = 0
+        self.origin = 0  # where this partition of the epoch began: padding repeats from here
+        self._restored: int | None = None  # the epoch a state restored, until set_epoch
         self._explicit = False  # set_epoch/seek since the last iter(): an end is kept, not rolled
         self._exhausted = False  # this epoch's iterator finished: the next iter() may roll over
 
@@ -97,7 +102,10 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     def _local_indices(self, epoch: int, start: int, k0: int, k1: int) -> np.ndarray:
         """This rank's dataset indices for its local steps ``k0 <= k < k1`` from ``start``."""
         pos = start + self.rank + self.num_replicas * np.arange(k0, k1, dtype=np.int64)
-        return self.order.indices(epoch, pos % self.n)  # positions past n pad from the head
+        # positions past n pad from the head of the partition: the epoch's head (torch) or,
+        # after a resume on another world size, the head of what was left; never consumed ones
+        origin = self.origin
+        return self.order.indices(epoch, origin + (pos - origin) % max(self.n - origin, 1))
 
     def _position_after(self, start: int, consumed: int) -> int:
         """The cursor after each rank consumed ``consumed`` samples from ``start``."""
@@ -108,7 +116,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     def _begin(self) -> tuple[int, int]:
         """Apply the epoch-end rules at ``iter()``; return (epoch, start position)."""
         if self.position >= self.n and self._exhausted and not self._explicit:
-            self.epoch, self.position = self.epoch + 1, 0
+            self.epoch, self.position, self.origin = self.epoch + 1, 0, 0
         self._explicit = self._exhausted = False
         if self._local_len(self.position) == 0:
             self.position = self.n
@@ -132,14 +140,20 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Move to (epoch, 0), or keep the position when the cursor is already in ``epoch``."""
-        epoch = check_counter(epoch, "epoch", "DistributedSampler.set_epoch")
+        where = "DistributedSampler.set_epoch"
+        epoch = check_counter(epoch, "epoch", where)
+        S.warn_rewind(where, epoch, self._restored)
+        self._restored = None
         if epoch != self.epoch:
-            self.epoch, self.position = epoch, 0
+            self.epoch, self.position, self.origin = epoch, 0, 0
             self._exhausted = False
         self._explicit = True
 
     def seek(self, position: int, epoch: int | None = None) -> None:
-        """Move the cursor to global ``position`` of ``epoch`` (default: the current one)."""
+        """Move the cursor to global ``position`` of ``epoch`` (default: the current one).
+
+        The epoch keeps its partition from position 0 (torch's padding from the epoch's head),
+        so a seek on the world size that consumed the epoch continues it exactly."""
         where = "DistributedSampler.seek"
         position = check_counter(position, "position", where)
         if position > self.n:
@@ -149,7 +163,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             )
         if epoch is not None:
             self.epoch = check_counter(epoch, "epoch", where)
-        self.position = position
+        self.position, self.origin = position, 0
         self._explicit = True
 
     def indices(self, epoch: int, positions: Any) -> np.ndarray:
@@ -178,24 +192,46 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             S.K_EXHAUSTED: self._exhausted and self.position >= self.n,
             **self._stream_fields(),
             S.K_WORLD_SIZE: self.num_replicas,
+            S.K_ORIGIN: self._origin_field(),
         }
+
+    def _origin_field(self) -> int:
+        return self.origin if self.position < self.n else 0
 
     def load_state_dict(self, state: Any, strict: bool = True) -> None:
         """Restore the cursor in O(1). Any world size; the stream fields must match."""
         where = "DistributedSampler.load_state_dict"
         expected = {S.K_KIND: "sampler", **self._stream_fields()}
-        self._load_cursor(state, expected, where, strict)
+        self._check_cursor(state, expected, where, strict)
+        self._assign_cursor(state)
 
-    def _load_cursor(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
+    def _check_cursor(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
+        """Validate the whole state (raises; warns for strict=False mismatches); assigns nothing."""
         for message in S.check_state(state, expected, where=where, strict=strict):
-            warnings.warn(message + " (strict=False: continuing)", stacklevel=3)
+            warnings.warn(message + " (strict=False: continuing)", stacklevel=4)
         position = state[S.K_POSITION]
         if position > state[S.K_N]:
             raise S.StateMismatchError(
                 f"{where}: state[{S.K_POSITION!r}] is {position}, past the epoch's end "
                 f"{state[S.K_N]}; pass an unmodified state_dict()"
             )
+
+    def _assign_cursor(self, state: Any) -> None:
+        """Move to a state :meth:`_check_cursor` accepted. Another world size re-partitions
+        the rest of the epoch from the cursor: its padding never repeats a consumed sample."""
+        position = state[S.K_POSITION]
         self.epoch = state[S.K_EPOCH]
         self.position = min(position, self.n) if position < state[S.K_N] else self.n
+        same_world = state.get(S.K_WORLD_SIZE) == self.num_replicas
+        origin = state.get(S.K_ORIGIN, 0) if same_world else self.position
+        self.origin = min(origin, self.position) if self.position < self.n else 0
         self._explicit = False
         self._exhausted = bool(state[S.K_EXHAUSTED]) and self.position >= self.n
+        self._restored = self.epoch
+
+    def _reseed(self, seed: int) -> None:
+        """Adopt a checkpoint's seed (a loader's own default sampler, when seed= was not given)."""
+        self.seed = seed
+        self.order = make_order(
+            self._order_arg, self.n, seed, shuffle=self.shuffle, dataset=self.dataset
+        )

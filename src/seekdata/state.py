@@ -7,10 +7,11 @@ bytes: every random number is derived from the counters it holds.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["VERSION", "StateMismatchError", "check_state"]
+__all__ = ["VERSION", "StateMismatchError", "check_state", "warn_rewind"]
 
 #: The format version written by this release. States from a newer release are rejected.
 VERSION = 1
@@ -37,8 +38,13 @@ K_ORDER = "order"
 K_SHUFFLE = "shuffle"
 #: The sampler's ``drop_last`` (drop the tail that does not divide among ranks).
 K_DROP_LAST = "drop_last"
-#: World size when the state was written. Informational: a different one is accepted.
+#: World size when the state was written. A seekable cursor accepts another one (the remaining
+#: positions are re-partitioned); a sampler that cannot seek refuses it mid-epoch.
 K_WORLD_SIZE = "world_size"
+#: The global position where the current partition of the epoch began: 0, or where a resume
+#: on another world size re-partitioned it. Padding repeats positions from here, so nothing
+#: consumed before it reappears. Absent in older states (read as 0).
+K_ORIGIN = "origin"
 #: Loader only: samples per batch on each rank.
 K_BATCH_SIZE = "batch_size"
 #: Loader only: the DataLoader's ``drop_last`` (drop each rank's last partial batch).
@@ -69,6 +75,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     K_BATCH_DROP_LAST: bool,
     K_SAMPLE_SEED: int,
     K_STEP: int,
+    K_ORIGIN: int,
 }
 
 _FIX = {
@@ -133,9 +140,17 @@ def check_state(
                 f"{where}: state[{key!r}] must be {name}; got {type(value).__name__} {value!r}; "
                 f"pass an unmodified state_dict()"
             )
-    for key in (K_EPOCH, K_POSITION):
-        if state[key] < 0:
-            raise StateMismatchError(f"{where}: state[{key!r}] must be >= 0; got {state[key]}")
+    for key, low in ((K_EPOCH, 0), (K_POSITION, 0), (K_STEP, 0), (K_ORIGIN, 0), (K_WORLD_SIZE, 1)):
+        if key in state and state[key] < low:
+            raise StateMismatchError(
+                f"{where}: state[{key!r}] must be >= {low}; got {state[key]}; pass an "
+                f"unmodified state_dict()"
+            )
+    if K_ORIGIN in state and state[K_ORIGIN] > state[K_POSITION]:
+        raise StateMismatchError(
+            f"{where}: state[{K_ORIGIN!r}] must be <= state[{K_POSITION!r}] "
+            f"({state[K_POSITION]}); got {state[K_ORIGIN]}; pass an unmodified state_dict()"
+        )
     mismatched: list[str] = []
     for key, here in expected.items():
         old = state[key]
@@ -147,3 +162,14 @@ def check_state(
             raise StateMismatchError(message)
         mismatched.append(message)
     return mismatched
+
+
+def warn_rewind(where: str, epoch: int, restored: int | None) -> None:
+    """Warn when ``set_epoch(epoch)`` goes below the epoch a state restored (a buggy resume)."""
+    if restored is not None and epoch < restored:
+        warnings.warn(
+            f"{where}: set_epoch({epoch}) is below the restored epoch {restored}, so the run "
+            f"goes back to epoch {epoch} and trains again on epochs it already saw; when "
+            f"resuming, start the epoch loop at the checkpoint's epoch ({restored})",
+            stacklevel=3,
+        )

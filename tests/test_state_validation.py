@@ -1,0 +1,341 @@
+"""Nothing silent at resume: a state is exact, or refused whole with the field and the fix."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+import seekdata
+from tests._datasets import GlobalRNGAug, batches_equal
+
+
+def indices(batches: list) -> list[int]:
+    return [int(i) for b in batches for i in b["index"]]
+
+
+# --- issue 11.2: a sampler that cannot seek refuses a world-size change mid-epoch -------------
+
+
+def torch_ranks(world: int, n: int = 12) -> list[seekdata.StatefulDataLoader]:
+    ds = GlobalRNGAug(n)
+    return [
+        seekdata.StatefulDataLoader(
+            ds,
+            batch_size=2,
+            sampler=torch.utils.data.DistributedSampler(ds, num_replicas=world, rank=r, seed=3),
+            seed=3,
+        )
+        for r in range(world)
+    ]
+
+
+def consume(loaders: list[seekdata.StatefulDataLoader], steps: int) -> dict:
+    iters = [iter(x) for x in loaders]
+    for it in iters:
+        for _ in range(steps):
+            next(it)
+    state = loaders[0].state_dict()
+    assert all(x.state_dict() == state for x in loaders)
+    return json.loads(json.dumps(state))
+
+
+def test_replay_sampler_refuses_another_world_size_mid_epoch() -> None:
+    """12 samples, batch 2, 2 ranks, 1 step: on 3 ranks samples were silently lost before."""
+    state = consume(torch_ranks(2), 1)
+    assert state["world_size"] == 2
+    for loader in torch_ranks(3):
+        before = loader.state_dict()
+        with pytest.raises(seekdata.StateMismatchError, match=r"world_size is 2 .* but 3 here"):
+            loader.load_state_dict(state)
+        with pytest.raises(seekdata.StateMismatchError, match=r"seekdata\.DistributedSampler"):
+            loader.load_state_dict(state, strict=False)  # losing data is never a choice
+        assert loader.state_dict() == before
+
+
+def test_replay_sampler_resumes_exactly_on_the_same_world_size() -> None:
+    ref = [list(x) for x in torch_ranks(2)]
+    state = consume(torch_ranks(2), 1)
+    resumed = torch_ranks(2)
+    for x in resumed:
+        x.load_state_dict(state)
+    with pytest.warns(UserWarning, match="cannot seek"):
+        rest = [list(x) for x in resumed]
+    assert all(batches_equal(r[1:], got) for r, got in zip(ref, rest, strict=True))
+
+
+def test_replay_sampler_accepts_another_world_size_at_an_epoch_boundary() -> None:
+    two = torch_ranks(2)
+    for x in two:
+        list(x)  # the whole epoch 0
+    state = two[0].state_dict()
+    three = torch_ranks(3)
+    for x in three:
+        x.load_state_dict(state)
+        x.set_epoch(1)
+    got = sorted(indices([b for x in three for b in x]))
+    assert got == list(range(12))  # epoch 1, all of it, on 3 ranks
+
+
+# --- issue 11.3: elastic padding pads from the head of the rest --------------------------------
+
+
+def seek_ranks(world: int, n: int = 10) -> list[seekdata.StatefulDataLoader]:
+    ds = GlobalRNGAug(n)
+    return [
+        seekdata.StatefulDataLoader(
+            ds, batch_size=1, sampler=seekdata.DistributedSampler(ds, world, r, seed=1), seed=1
+        )
+        for r in range(world)
+    ]
+
+
+def test_elastic_padding_never_repeats_a_consumed_sample() -> None:
+    """10 samples, 2 ranks x 2 steps = 4 consumed; 6 left on 4 ranks: 2 padding samples. They
+    came from the epoch's head (consumed samples) before; now from the head of the rest."""
+    two = seek_ranks(2)
+    iters = [iter(x) for x in two]
+    consumed = [int(next(it)["index"]) for _ in range(2) for it in iters]
+    state = two[0].state_dict()
+    four = seek_ranks(4)
+    for x in four:
+        x.load_state_dict(state)
+    rest = indices([b for x in four for b in x])
+    assert len(rest) == 8 and set(rest) == set(range(10)) - set(consumed)
+    assert not set(rest) & set(consumed)
+
+
+def test_a_second_resume_on_the_new_world_size_keeps_its_padding() -> None:
+    """2 -> 3 ranks, then a checkpoint on 3 ranks resumed on 3: the padding of the 3-rank
+    partition is kept (the state carries where the partition began), so it stays exact."""
+    n = 11
+    two = seek_ranks(2, n)
+    for it in [iter(x) for x in two]:
+        next(it)  # 2 consumed; 9 left
+    state = two[0].state_dict()
+
+    def three_from(s: dict) -> list[seekdata.StatefulDataLoader]:
+        loaders = seek_ranks(3, n)
+        for x in loaders:
+            x.load_state_dict(s)
+        return loaders
+
+    ref = [list(x) for x in three_from(state)]  # 3 steps per rank, no padding needed
+    three = three_from(state)
+    for it in [iter(x) for x in three]:
+        next(it)
+    mid = json.loads(json.dumps(three[0].state_dict()))
+    assert mid["origin"] == 2 and mid["world_size"] == 3
+    again = [list(x) for x in three_from(mid)]
+    assert all(batches_equal(r[1:], a) for r, a in zip(ref, again, strict=True))
+
+
+# --- issue 11.4: validate everything, then assign; step and world_size in range ----------------
+
+
+def make() -> seekdata.StatefulDataLoader:
+    return seekdata.StatefulDataLoader(GlobalRNGAug(10), batch_size=3, shuffle=True, seed=5)
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("step", -1, r"state\['step'\] must be >= 0"),
+        ("step", 10**6, r"state\['step'\] must be in \[0, 3\]"),
+        ("world_size", 0, r"state\['world_size'\] must be >= 1"),
+        ("origin", 7, r"state\['origin'\] must be <= state\['position'\]"),
+        ("origin", -1, r"state\['origin'\] must be >= 0"),
+    ],
+)
+def test_a_refused_state_leaves_the_loader_untouched(field, value, match) -> None:
+    donor = make()
+    it = iter(donor)
+    next(it)
+    state = donor.state_dict()  # epoch 0, position 3, step 1
+    state[field] = value
+    loader = make()
+    before = loader.state_dict()
+    with pytest.raises(seekdata.StateMismatchError, match=match):
+        loader.load_state_dict(state)
+    assert loader.state_dict() == before
+    assert batches_equal(list(loader), list(make()))  # the next batch is a fresh loader's
+
+
+def test_step_at_its_bound_is_accepted() -> None:
+    loader = make()
+    list(loader)
+    state = loader.state_dict()
+    assert state["step"] == 4 and state["position"] == 10
+    make().load_state_dict(state)
+
+
+# --- issue 11.5: iterable states are checked against num_workers and their structure -----------
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info else (0, 1)
+        for k in range(wid, 8, nw):
+            yield torch.tensor(k), torch.rand(1)
+
+
+@pytest.fixture
+def quiet_fast_forward_logs(caplog):
+    caplog.set_level(logging.ERROR)
+
+
+def stream(workers: int = 0) -> seekdata.StatefulDataLoader:
+    return seekdata.StatefulDataLoader(Stream(), batch_size=2, num_workers=workers, seed=1)
+
+
+def test_iterable_state_from_another_worker_count_is_refused(quiet_fast_forward_logs) -> None:
+    donor = stream(2)
+    it = iter(donor)
+    next(it)
+    state = donor.state_dict()
+    del it
+    loader = stream(0)
+    with pytest.raises(seekdata.StateMismatchError, match=r"num_workers is 2 .* but 0 here"):
+        loader.load_state_dict(state)
+    assert [b[0].tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]  # untouched
+    zero = stream(0)
+    zit = iter(zero)
+    next(zit)
+    with pytest.raises(seekdata.StateMismatchError, match="pass num_workers=0"):
+        stream(2).load_state_dict(zero.state_dict())
+
+
+@pytest.mark.parametrize(
+    "engine, match",
+    [
+        ({}, "must be the non-empty dict"),
+        (None, "must be the non-empty dict"),
+        ({"x": 1}, "not a torchdata state"),
+        ({"_snapshot": {}}, "incomplete torchdata worker state"),
+    ],
+)
+def test_iterable_engine_state_is_validated(engine, match) -> None:
+    loader = stream(0)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    del it
+    state["engine"] = engine
+    fresh = stream(0)
+    with pytest.raises(seekdata.StateMismatchError, match=match):
+        fresh.load_state_dict(state)
+    assert len(list(fresh)) == 4
+
+
+def test_iterable_state_from_another_world_size_is_refused() -> None:
+    loader = stream(0)
+    state = loader.state_dict()
+    state["world_size"] = 2
+    with pytest.raises(seekdata.StateMismatchError, match=r"world_size is 2 .* but 1 here"):
+        stream(0).load_state_dict(state)
+
+
+# --- issue 11.6: set_epoch below a restored epoch warns, naming both ---------------------------
+
+
+def restored_at_epoch_3(build):
+    loader = build()
+    loader.set_epoch(3)
+    it = iter(loader)
+    next(it)
+    resumed = build()
+    resumed.load_state_dict(loader.state_dict())
+    return resumed
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        make,
+        lambda: seekdata.StatefulDataLoader(
+            GlobalRNGAug(10), batch_size=2, sampler=list(range(10)), seed=5
+        ),
+        lambda: stream(0),
+    ],
+    ids=["seekable", "replay", "iterable"],
+)
+def test_set_epoch_below_the_restored_epoch_warns(build, quiet_fast_forward_logs) -> None:
+    resumed = restored_at_epoch_3(build)
+    with pytest.warns(UserWarning, match=r"set_epoch\(0\) is below the restored epoch 3"):
+        resumed.set_epoch(0)
+    assert resumed.state_dict()["epoch"] == 0  # obeyed, as torch would
+    ok = restored_at_epoch_3(build)
+    ok.set_epoch(3)  # the right start_epoch: silent, and the position is kept
+    ok.set_epoch(4)
+    assert ok.state_dict()["epoch"] == 4
+
+
+def test_sampler_set_epoch_below_the_restored_epoch_warns() -> None:
+    s = seekdata.DistributedSampler(range(10), 1, 0, seed=1)
+    s.set_epoch(2)
+    state = s.state_dict()
+    again = seekdata.DistributedSampler(range(10), 1, 0, seed=1)
+    again.load_state_dict(state)
+    with pytest.warns(UserWarning, match=r"set_epoch\(1\) is below the restored epoch 2"):
+        again.set_epoch(1)
+
+
+# --- issue 11.7: shuffle with a sampler is torch's error ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, which",
+    [
+        ({"sampler": torch.utils.data.SequentialSampler(range(4))}, "sampler"),
+        ({"sampler": torch.utils.data.DistributedSampler(range(4), 1, 0)}, "sampler"),
+        ({"sampler": seekdata.DistributedSampler(range(4), 1, 0)}, "sampler"),
+        ({"batch_sampler": torch.utils.data.BatchSampler(range(4), 2, False)}, "batch_sampler"),
+    ],
+)
+def test_shuffle_with_a_sampler_is_refused_as_torch_does(kwargs, which) -> None:
+    with pytest.raises(ValueError, match=f"{which} option is mutually exclusive with"):
+        torch.utils.data.DataLoader(range(4), shuffle=True, **kwargs)
+    with pytest.raises(ValueError, match=f"{which} option is mutually exclusive with"):
+        seekdata.StatefulDataLoader(range(4), shuffle=True, seed=0, **kwargs)
+    seekdata.StatefulDataLoader(range(4), shuffle=False, seed=0, **kwargs)  # torch accepts it
+
+
+# --- issue 11.8: what is exact on another world size -------------------------------------------
+
+
+def test_the_same_global_batch_on_another_world_size_sees_the_same_samples() -> None:
+    """Step s covers global positions [s*B*W, (s+1)*B*W): 2 ranks x 4 resumed as 4 ranks x 2
+    (strict=False for the batch size) give every global step the same samples as before; the
+    docs promise this, not bit-identical model math."""
+    ds = GlobalRNGAug(40)
+
+    def ranks(world: int, batch: int) -> list[seekdata.StatefulDataLoader]:
+        return [
+            seekdata.StatefulDataLoader(
+                ds,
+                batch_size=batch,
+                sampler=seekdata.DistributedSampler(ds, world, r, seed=2),
+                seed=2,
+            )
+            for r in range(world)
+        ]
+
+    def global_steps(loaders: list) -> list[list[int]]:
+        per_rank = [[b["index"].tolist() for b in x] for x in loaders]
+        return [sorted(i for batch in step for i in batch) for step in zip(*per_rank, strict=True)]
+
+    ref = global_steps(ranks(2, 4))
+    two = ranks(2, 4)
+    for it in [iter(x) for x in two]:
+        next(it)
+        next(it)
+    state = two[0].state_dict()
+    four = ranks(4, 2)
+    with pytest.warns(UserWarning, match="batch_size is 4 in the checkpoint but 2 here"):
+        for x in four:
+            x.load_state_dict(state, strict=False)
+    assert global_steps(four) == ref[2:]
+    assert [x.state_dict()["step"] for x in four] == [5] * 4  # the step count goes on too
