@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seekdata import checkpoint
+from seekdata import _dist, checkpoint
 from seekdata.checkpoint import CheckpointCorruptError, CheckpointManager, load, save, verify
 from tests._ckpt_launch import gloo_job
 
@@ -219,9 +219,9 @@ def test_ddp_helpers_without_a_process_group(tmp_path: Path) -> None:
 def test_collective_device_follows_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
     for backend, device in [("nccl", "cuda:3"), ("gloo", "cpu"), ("cpu:gloo,cuda:nccl", "cpu")]:
-        monkeypatch.setattr(checkpoint.dist, "get_backend", lambda backend=backend: backend)
-        assert checkpoint._collective_device(None) == torch.device(device)
-    assert checkpoint._collective_device("cuda:1") == torch.device("cuda:1")
+        monkeypatch.setattr(_dist.dist, "get_backend", lambda backend=backend: backend)
+        assert _dist.collective_device(None) == torch.device(device)
+    assert _dist.collective_device("cuda:1") == torch.device("cuda:1")
 
 
 def test_local_device_prefers_set_device_then_local_rank(monkeypatch: pytest.MonkeyPatch) -> None:

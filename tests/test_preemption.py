@@ -9,7 +9,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
+from seekdata.checkpoint import CheckpointManager
 from seekdata.preemption import PreemptionHandler
 from tests._ckpt_launch import gloo_job
 
@@ -129,3 +131,99 @@ def test_signal_to_one_rank_stops_both_at_the_same_step(tmp_path: Path) -> None:
     assert rank0["checkpoint_step"] == rank1["checkpoint_step"] == rank0["stopped_at"]
     assert rank0["checkpoint_by"] == rank1["checkpoint_by"] == 0
     assert rank0["restored"] and rank1["restored"]
+
+
+@pytest.mark.parametrize(
+    ("sig", "workers", "persistent"),
+    [
+        (signal.SIGTERM, 0, "fresh"),
+        (signal.SIGTERM, 2, "persistent"),
+        (signal.SIGTERM, 2, "fresh"),
+        (signal.SIGUSR1, 2, "persistent"),
+    ],
+)
+def test_a_signal_to_every_process_of_the_step_checkpoints_and_resumes_exactly(
+    tmp_path: Path, sig: signal.Signals, workers: int, persistent: str
+) -> None:
+    """What SLURM does at a time limit: the signal reaches both ranks and all their workers."""
+    args = (str(workers), persistent)
+    with gloo_job("_train_preempt_loader_worker.py", tmp_path, "preempt", *args) as job:
+        job.wait_for("ready0", "ready1")  # both ranks are training, their workers started
+        job.signal_step(sig)
+        rank0, rank1 = job.results()
+    stopped = rank0["stopped_at"]
+    assert rank1["stopped_at"] == stopped >= 3
+    assert sig.name in (rank0["received"], rank1["received"])
+    assert CheckpointManager(tmp_path / "ckpt").steps() == [stopped]
+    until = str(stopped + 9)  # past an epoch end (6 steps per epoch)
+    with gloo_job("_train_preempt_loader_worker.py", tmp_path, "resume", *args, until) as job:
+        rank0, _ = job.results()
+    assert rank0 == {"resumed_to": stopped + 9, "fresh_to": stopped + 9}
+    weights = torch.load(tmp_path / "w.pt", weights_only=True)
+    resumed, fresh = weights["resumed"], weights["fresh"]
+    assert resumed.keys() == fresh.keys()
+    assert all(torch.equal(resumed[k], fresh[k]) for k in fresh)
+
+
+class _Pids(torch.utils.data.Dataset):
+    """Sample i is (i, the pid of the process that loaded it)."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        return i, os.getpid()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.parametrize("handler_first", [True, False])
+def test_loader_workers_outlive_the_notice_and_the_epoch_completes(
+    sig: signal.Signals, handler_first: bool
+) -> None:
+    """Workers forked after the handler (inherited) and before it (worker_init_fn) both live."""
+    from seekdata import StatefulDataLoader
+
+    before = signal.getsignal(signal.SIGTERM)
+    loader = StatefulDataLoader(_Pids(), batch_size=4, num_workers=2, persistent_workers=True)
+    seen: list[int] = []
+    try:
+        if not handler_first:  # persistent workers started before the handler existed
+            seen += next(iter(loader))[0].tolist()
+        with PreemptionHandler() as preemption:
+            for step, (index, pid) in enumerate(loader):
+                seen += index.tolist()
+                if step == 1:
+                    for worker in set(pid.tolist()) - {os.getpid()}:
+                        os.kill(worker, sig)  # what SLURM sends every process of the step
+                    os.kill(os.getpid(), sig)
+            assert preemption.received == sig and preemption.should_stop()
+            assert sorted(seen) == list(range(64))  # no worker died, no batch was lost
+            signal.raise_signal(sig)  # a worker started after the signal works as well
+            assert sum(len(i) for i, _ in loader) == 64
+    finally:
+        del loader
+        signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_second_sigterm_still_ends_a_worker() -> None:
+    """How torch and multiprocessing stop a worker that does not exit when asked."""
+    from seekdata.preemption import worker_signals
+
+    statuses = []
+    for count in (1, 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            try:
+                worker_signals()
+                signal.raise_signal(signal.SIGUSR1)
+                for _ in range(count):
+                    signal.raise_signal(signal.SIGTERM)
+            finally:
+                os._exit(0)
+        statuses.append(os.waitpid(pid, 0)[1])
+    once, twice = statuses
+    assert os.WIFEXITED(once) and os.WEXITSTATUS(once) == 0
+    assert os.WIFSIGNALED(twice) and os.WTERMSIG(twice) == signal.SIGTERM

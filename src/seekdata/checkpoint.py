@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-import torch.distributed as dist
 
 from seekdata import _dist
 from seekdata.rng import check_counter
@@ -230,22 +229,6 @@ def load(
 # --- DDP ------------------------------------------------------------------------------------
 
 
-def _collective_device(device: str | torch.device | None) -> torch.device:
-    """Where a small collective's tensor must live: CUDA for NCCL, CPU for gloo/mpi."""
-    if device is not None:
-        return torch.device(device)
-    if dist.get_backend() == "nccl":  # mixed "cpu:gloo,cuda:nccl" takes CPU tensors
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _any_rank(flag: bool, device: str | torch.device | None = None) -> bool:
-    """True on every rank when ``flag`` is true on any rank (an all_reduce MAX; a barrier)."""
-    t = torch.tensor([int(flag)], dtype=torch.int32, device=_collective_device(device))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
-
-
 def _on_rank0(fn: Callable[[], _T], where: str) -> _T | None:
     """Run ``fn`` on rank 0; every rank returns after it finished, or raises if it failed."""
     if not _dist.pg_initialized():
@@ -256,7 +239,7 @@ def _on_rank0(fn: Callable[[], _T], where: str) -> _T | None:
             result = fn()
         except Exception as e:  # re-raised below, after the other ranks know
             error = e
-    failed = _any_rank(error is not None)
+    failed = _dist.any_rank(error is not None)
     if error is not None:
         raise error
     if failed:
