@@ -22,6 +22,7 @@ import itertools
 import operator
 import os
 import re
+import tarfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ import torch
 from torch.utils.data import Dataset
 from webdataset import autodecode
 
-from . import _tarindex
+from . import _tarcheck, _tarindex
 from ._tarindex import Shard
 
 __all__ = ["TarShards"]
@@ -153,6 +154,16 @@ class TarShards(Dataset[dict[str, Any]]):
         for m in range(int(idx.starts[local]), int(idx.starts[local + 1])):
             ext = idx.exts[idx.member_ext[m]]
             offset, size = int(idx.offsets[m]), int(idx.sizes[m])
+            header = _pread(fd, tarfile.BLOCKSIZE, offset - tarfile.BLOCKSIZE)  # offset >= 512
+            problem = _tarcheck.header_problem(header, key, ext, size)
+            if problem is not None:
+                raise ValueError(
+                    f"shard {shard.url}: its index places member {key}.{ext} ({size} bytes) at "
+                    f"byte {offset}, but the tar header there {problem}; the index does not "
+                    "describe this shard (edited, or the shard rewritten with its old size and "
+                    "mtime), so its bytes would be another member's. "
+                    + _tarindex.rebuild_hint(shard.url)
+                )
             data = _pread(fd, size, offset)
             if len(data) != size:
                 raise ValueError(
