@@ -7,12 +7,13 @@ import signal
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from seekdata.checkpoint import CheckpointManager
-from seekdata.preemption import PreemptionHandler
+from seekdata.preemption import PreemptionHandler, worker_signals
 from tests._ckpt_launch import gloo_job
 
 
@@ -175,16 +176,50 @@ class _Pids(torch.utils.data.Dataset):
         return i, os.getpid()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
-@pytest.mark.parametrize("handler_first", [True, False])
+class _IterablePids(torch.utils.data.IterableDataset):
+    """The same samples from an IterableDataset, split between the workers."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        return ((i, os.getpid()) for i in range(start, 64, step))
+
+
+def _worker_init(worker_id: int) -> None:
+    worker_signals()
+
+
+@pytest.mark.parametrize(
+    ("sig", "options", "handler_first"),
+    [
+        (signal.SIGTERM, {"persistent_workers": True}, True),
+        (signal.SIGTERM, {"persistent_workers": True}, False),  # workers forked before it
+        (signal.SIGTERM, {}, True),  # new workers each epoch, after the signal too
+        (signal.SIGUSR1, {}, True),
+        (signal.SIGTERM, {"iterable": True}, True),
+        (signal.SIGTERM, {"torch_spawn": True}, True),  # torch's own loader; nothing inherited
+    ],
+)
 def test_loader_workers_outlive_the_notice_and_the_epoch_completes(
-    sig: signal.Signals, handler_first: bool
+    sig: signal.Signals, options: dict, handler_first: bool
 ) -> None:
-    """Workers forked after the handler (inherited) and before it (worker_init_fn) both live."""
+    """Workers of every kind keep serving batches after SIGTERM/SIGUSR1 reached them."""
     from seekdata import StatefulDataLoader
 
+    options = dict(options)
+    dataset = _IterablePids() if options.pop("iterable", False) else _Pids()
     before = signal.getsignal(signal.SIGTERM)
-    loader = StatefulDataLoader(_Pids(), batch_size=4, num_workers=2, persistent_workers=True)
+    loader: Any
+    if options.pop("torch_spawn", False):  # the recipe docs/slurm.md gives for torch's loader
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_size=4,
+            num_workers=2,
+            multiprocessing_context="spawn",
+            worker_init_fn=_worker_init,
+        )
+    else:
+        loader = StatefulDataLoader(dataset, batch_size=4, num_workers=2, **options)
     seen: list[int] = []
     try:
         if not handler_first:  # persistent workers started before the handler existed
@@ -193,13 +228,14 @@ def test_loader_workers_outlive_the_notice_and_the_epoch_completes(
             for step, (index, pid) in enumerate(loader):
                 seen += index.tolist()
                 if step == 1:
-                    for worker in set(pid.tolist()) - {os.getpid()}:
+                    workers = set(pid.tolist()) - {os.getpid()}
+                    assert workers  # a worker loaded this batch
+                    for worker in workers:
                         os.kill(worker, sig)  # what SLURM sends every process of the step
                     os.kill(os.getpid(), sig)
             assert preemption.received == sig and preemption.should_stop()
             assert sorted(seen) == list(range(64))  # no worker died, no batch was lost
-            signal.raise_signal(sig)  # a worker started after the signal works as well
-            assert sum(len(i) for i, _ in loader) == 64
+            assert sorted(i for index, _ in loader for i in index.tolist()) == list(range(64))
     finally:
         del loader
         signal.signal(signal.SIGTERM, before)
@@ -208,8 +244,6 @@ def test_loader_workers_outlive_the_notice_and_the_epoch_completes(
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_second_sigterm_still_ends_a_worker() -> None:
     """How torch and multiprocessing stop a worker that does not exit when asked."""
-    from seekdata.preemption import worker_signals
-
     statuses = []
     for count in (1, 2):
         with warnings.catch_warnings():
