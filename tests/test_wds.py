@@ -139,11 +139,26 @@ def test_reads_exactly_the_members_bytes(shards: str, monkeypatch: pytest.Monkey
     sample = ds[57]
     with tarfile.open(ds.urls[2]) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(sample["__key__"] + ".")]
-    # each member's 512-byte tar header (checked against the index), then its data
-    assert reads == [
-        r for m in members for r in ((m.offset_data - 512, 512), (m.offset_data, m.size))
-    ]
-    assert len(reads) == 6  # bin, cls, txt: nothing else read
+    # each small member with the 512-byte tar header before it (checked against the index)
+    assert reads == [(m.offset_data - 512, 512 + m.size) for m in members]
+    assert len(reads) == 3  # bin, cls, txt: nothing else read
+
+
+def test_a_large_member_is_read_after_its_header(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = bytes(range(256)) * (sw._JOINED_READ // 256 + 1)
+    ds = TarShards(write_tar(tmp_path / "big.tar", [("a.bin", big), ("a.txt", b"x")]))
+    reads: list[tuple[int, int]] = []
+    pread = sw._pread
+
+    def recording(fd: int, size: int, offset: int) -> bytes:
+        reads.append((offset, size))
+        return pread(fd, size, offset)
+
+    monkeypatch.setattr(sw, "_pread", recording)
+    assert ds[0]["bin"] == big and ds[0]["txt"] == b"x"
+    assert reads[:3] == [(0, 512), (512, len(big)), (len(big) + 512 + 512 - len(big) % 512, 513)]
 
 
 # -- decoding -----------------------------------------------------------------------

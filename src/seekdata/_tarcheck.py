@@ -6,8 +6,8 @@ bytes silently. Two checks make that impossible at almost no cost:
 
 - :func:`index_problem`, when an index is loaded: every member's data lies inside the shard,
   on a 512-byte block after a header, and members do not overlap, in tar order.
-- :func:`header_problem`, at every read: the 512-byte tar header just before the data has a
-  valid checksum, is a regular file, and records the member's name and size.
+- :func:`header_problem`, at every read: the 512-byte tar header just before the data is a
+  regular file's and records the member's name and size (its checksum names the failure).
 """
 
 from __future__ import annotations
@@ -60,25 +60,50 @@ def _checksum_ok(header: bytes) -> bool:
         return False
     blanked = header[:148] + b" " * 8 + header[156:]
     unsigned = sum(blanked)
-    signed = sum(b - 256 if b > 127 else b for b in blanked)
-    return recorded in (unsigned, signed)
+    if recorded == unsigned:
+        return True
+    return recorded == unsigned - 256 * sum(b > 127 for b in blanked)  # old tars: signed bytes
 
 
 def header_problem(header: bytes, key: str, ext: str, size: int) -> str | None:
-    """What in the tar ``header`` before a member's data contradicts the index, or None."""
-    if len(header) != _BLOCK or header == bytes(_BLOCK) or not _checksum_ok(header):
+    """What in the tar ``header`` before a member's data contradicts the index, or None.
+
+    The name, type and size are compared first (cheap); the checksum only tells, when they
+    differ, whether the bytes there are a header at all.
+    """
+    name = f"{key}.{ext}".encode()
+    if (  # the common case, checked in a few slices: a short name, tarfile's size field
+        header[: len(name) + 1] == name + b"\0"
+        and header[124:136] == b"%011o\0" % size
+        and header[156:157] in _REGULAR
+        and header[345:346] in (b"\0", b"")
+    ):
+        return None
+    problem = _mismatch(header, key, ext, size)
+    if problem is not None and (len(header) != _BLOCK or not _checksum_ok(header)):
         return "is not a tar header"
+    return problem
+
+
+def _mismatch(header: bytes, key: str, ext: str, size: int) -> str | None:
+    if len(header) != _BLOCK:
+        return "is missing"
     if header[156:157] not in _REGULAR:
         return f"is a member of type {header[156:157]!r}, not a regular file"
-    recorded = _number(header[124:136])
+    try:
+        recorded = _number(header[124:136])
+    except ValueError:
+        return "holds no size"
     if recorded != size and size <= _MAX_OCTAL_SIZE:
         return f"records a size of {recorded} bytes, not {size}"
     name = header[:100].split(b"\0", 1)[0]
     if header[257:263] == b"ustar\x00" and header[345] != 0:
         name = header[345:500].split(b"\0", 1)[0] + b"/" + name
     expected = f"{key}.{ext}"
+    if name == expected.encode():
+        return None
     if not expected.isascii():
-        return None  # pax keeps such a name in its own record; size and checksum matched
+        return None  # pax keeps such a name in its own record; the size matched
     try:
         found = name.decode("ascii")
     except UnicodeDecodeError:
