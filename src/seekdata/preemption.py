@@ -30,7 +30,7 @@ import torch.utils.data
 
 from seekdata import _dist
 
-__all__ = ["PreemptionHandler"]
+__all__ = ["PreemptionHandler", "worker_signals"]
 
 _UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 # In processes forked from the installing one that are not DataLoader workers these keep their
