@@ -290,3 +290,22 @@ def test_a_state_below_any_recursion_limit_is_found(
     assert inspection.main([str(path), "--json"]) == 0
     (found,) = json.loads(capsys.readouterr().out)["states"]
     assert found["keys"] == [0] * depth + ["loader"] and found["kind"] == "loader"
+
+
+def test_a_state_whose_fields_nest_without_limit_is_a_clear_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep: object = []
+    for _ in range(3 * sys.getrecursionlimit()):
+        deep = [deep]
+    loader = {**states()[0], "seed": deep}
+    path = tmp_path / "deep-field.pt"
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(10 * limit)
+    try:
+        torch.save({"loader": loader}, path)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert inspection.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"seekdata inspect: error: {path} must nest its state data less deeply")

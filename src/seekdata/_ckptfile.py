@@ -99,7 +99,7 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:63] or "host"
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32] or "host"
 
 
 def _running(pid: int) -> bool:

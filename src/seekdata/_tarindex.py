@@ -98,6 +98,7 @@ class ShardIndex:
         n = int(index.starts[-1])
         sound = (
             len(index.keys) == len(counts)
+            and bool((counts >= 1).all())
             and len(index.member_ext) == len(index.offsets) == len(index.sizes) == n
             and all(0 <= e < len(index.exts) for e in set(index.member_ext.tolist()))
         )

@@ -375,10 +375,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"{exc}{top}; seekdata states in the file: {found}; pass a path to one of them"
         ) from None
-    states = [describe(k, s) for k, s in find_states(node, keys)]
+    try:  # a state's own fields may nest without limit too
+        states = [describe(k, s) for k, s in find_states(node, keys)]
+        text = json.dumps(
+            {"file": str(path), "format": kind, "states": states}, indent=2, default=repr
+        )
+    except RecursionError:
+        raise ValueError(_too_deep(path, "state")) from None
     if args.json:
-        report = {"file": str(path), "format": kind, "states": states}
-        print(json.dumps(report, indent=2, default=repr))
+        print(text)
     elif states:
         print(f"{path} ({kind}): {len(states)} seekdata state{'s' * (len(states) != 1)}")
         for d in states:
