@@ -2,11 +2,11 @@
 
 A SLURM time limit or preemption sends a signal (``SIGUSR1`` from ``--signal``, ``SIGTERM``
 at the end) to the processes of a job step, not necessarily all at once, DataLoader workers
-included: :func:`worker_signals` (run in every seekdata loader worker) keeps those alive, so
-the main process decides. :class:`PreemptionHandler`'s
-signal handler only sets a flag; :meth:`PreemptionHandler.should_stop`, called by every rank
-at a step boundary, agrees with an ``all_reduce(MAX)`` of the flags, so all ranks see the same
-answer at the same step, checkpoint that step and exit cleanly::
+included: :func:`worker_signals` (run in every seekdata loader worker) keeps the workers alive,
+so the main process decides. :class:`PreemptionHandler`'s signal handler only sets a flag;
+:meth:`PreemptionHandler.should_stop`, called by every rank at a step boundary, agrees with an
+``all_reduce(MAX)`` of the flags, so all ranks see the same answer at the same step,
+checkpoint that step and exit cleanly::
 
     with seekdata.PreemptionHandler() as preemption:
         for step in range(start, total):
