@@ -135,26 +135,29 @@ def test_signal_to_one_rank_stops_both_at_the_same_step(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sig", "workers", "persistent"),
+    ("sigs", "workers", "persistent"),
     [
-        (signal.SIGTERM, 0, "fresh"),
-        (signal.SIGTERM, 2, "persistent"),
-        (signal.SIGTERM, 2, "fresh"),
-        (signal.SIGUSR1, 2, "persistent"),
+        ((signal.SIGTERM,), 0, "fresh"),
+        ((signal.SIGTERM,), 2, "persistent"),
+        ((signal.SIGTERM,), 2, "fresh"),
+        ((signal.SIGUSR1,), 2, "persistent"),
+        ((signal.SIGUSR1, signal.SIGTERM), 2, "persistent"),  # --signal, then the time limit
     ],
 )
 def test_a_signal_to_every_process_of_the_step_checkpoints_and_resumes_exactly(
-    tmp_path: Path, sig: signal.Signals, workers: int, persistent: str
+    tmp_path: Path, sigs: tuple[signal.Signals, ...], workers: int, persistent: str
 ) -> None:
     """What SLURM does at a time limit: the signal reaches both ranks and all their workers."""
     args = (str(workers), persistent)
     with gloo_job("_train_preempt_loader_worker.py", tmp_path, "preempt", *args) as job:
         job.wait_for("ready0", "ready1")  # both ranks are training, their workers started
-        job.signal_step(sig)
+        for sig in sigs:
+            job.signal_step(sig)
         rank0, rank1 = job.results()
     stopped = rank0["stopped_at"]
     assert rank1["stopped_at"] == stopped >= 3
-    assert sig.name in (rank0["received"], rank1["received"])
+    assert {rank0["received"], rank1["received"]} <= {s.name for s in sigs} | {None}
+    assert {rank0["received"], rank1["received"]} != {None}
     assert CheckpointManager(tmp_path / "ckpt").steps() == [stopped]
     until = str(stopped + 9)  # past an epoch end (6 steps per epoch)
     with gloo_job("_train_preempt_loader_worker.py", tmp_path, "resume", *args, until) as job:
