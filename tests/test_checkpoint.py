@@ -426,3 +426,13 @@ def test_a_file_size_limit_raises_efbig(tmp_path: Path) -> None:
     )
     assert out.stdout.split() == ["OSError", str(errno.EFBIG)], out.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_a_foreign_name_for_a_real_step_never_rotates_that_step_away(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    manager.save(5, {"step": 5})
+    manager.save(10, {"step": 10})
+    (tmp_path / "step_10.pt").write_text("someone else's")  # counted twice, step 10 was deleted
+    manager.save(11, {"step": 11})
+    assert manager.steps() == [10, 11] and load(manager.path(10)) == {"step": 10}
+    assert (tmp_path / "step_10.pt").read_text() == "someone else's"
