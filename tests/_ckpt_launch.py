@@ -2,10 +2,13 @@
 
 Each rank runs ``python <script> <args...>`` with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set,
 writes its log to ``<tmp>/rank<r>.log`` and its answer as JSON to ``<tmp>/result<r>.json``.
+All ranks share one new process group, as the tasks of a SLURM job step do, so that
+:meth:`Job.signal_step` reaches every process of the job, DataLoader workers included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -52,6 +55,10 @@ class Job:
     def signal(self, rank: int, sig: signal.Signals) -> None:
         os.kill(self.procs[rank].pid, sig)
 
+    def signal_step(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to every process of the job (ranks and their workers), as SLURM does."""
+        os.killpg(self.procs[0].pid, sig)
+
     def results(self) -> list[dict]:
         """Wait for every rank to exit 0 and return their JSON answers, by rank."""
         for p in self.procs:
@@ -91,6 +98,7 @@ def gloo_job(script: str, tmp: Path, *args: str, world: int = 2) -> Iterator[Job
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
+                        process_group=procs[0].pid if procs else 0,
                     )
                 )
         yield Job(procs, tmp)
@@ -100,3 +108,6 @@ def gloo_job(script: str, tmp: Path, *args: str, world: int = 2) -> Iterator[Job
                 p.kill()
         for p in procs:
             p.wait()
+        if procs:  # workers a killed rank left behind: the group holds only this job's processes
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(procs[0].pid, signal.SIGKILL)

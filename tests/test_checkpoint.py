@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from seekdata import checkpoint
+from seekdata import _ckptfile, _dist, checkpoint
 from seekdata.checkpoint import CheckpointCorruptError, CheckpointManager, load, save, verify
 from tests._ckpt_launch import gloo_job
 
@@ -219,9 +223,9 @@ def test_ddp_helpers_without_a_process_group(tmp_path: Path) -> None:
 def test_collective_device_follows_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
     for backend, device in [("nccl", "cuda:3"), ("gloo", "cpu"), ("cpu:gloo,cuda:nccl", "cpu")]:
-        monkeypatch.setattr(checkpoint.dist, "get_backend", lambda backend=backend: backend)
-        assert checkpoint._collective_device(None) == torch.device(device)
-    assert checkpoint._collective_device("cuda:1") == torch.device("cuda:1")
+        monkeypatch.setattr(_dist.dist, "get_backend", lambda backend=backend: backend)
+        assert _dist.collective_device(None) == torch.device(device)
+    assert _dist.collective_device("cuda:1") == torch.device("cuda:1")
 
 
 def test_local_device_prefers_set_device_then_local_rank(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -249,3 +253,186 @@ def test_a_failed_rank0_write_raises_on_every_rank(tmp_path: Path) -> None:
         rank0, rank1 = job.results()
     assert rank0["error"] in ("FileExistsError", "NotADirectoryError")
     assert rank1["error"] == "RuntimeError" and "rank 0" in rank1["message"]
+
+
+# --- faults: temporary files of killed writers, corrupt newest files, foreign names, full disk
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _backdate(path: Path) -> None:
+    old = time.time() - 2 * _ckptfile._STALE_AFTER
+    os.utime(path, (old, old), follow_symlinks=False)
+
+
+def test_a_killed_writers_temp_is_removed_by_the_next_save(tmp_path: Path) -> None:
+    path, mark = tmp_path / "ckpt.pt", tmp_path / "mark"
+    save({"v": 1}, path)
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("_ckpt_killed_writer.py")),
+            str(path),
+            str(mark),
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not mark.exists() and writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mark.exists(), "the writer never started writing"
+        temps = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        assert len(temps) == 1 and f".{writer.pid}." in temps[0].name
+        checkpoint.save({"v": 2}, path)  # the writer still runs: its temp is left alone
+        assert temps[0].exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    _backdate(temps[0])
+    checkpoint.save({"v": 3}, path)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "mark"] and load(path) == {"v": 3}
+
+
+def test_only_provably_orphaned_temps_of_ours_are_removed(tmp_path: Path) -> None:
+    host, dead = _ckptfile._host(), _dead_pid()
+    keep = [
+        f".ckpt.pt.{host}.{os.getpid()}.0123abcd.tmp",  # a live writer (this process)
+        f".ckpt.pt.{host}.{os.getppid()}.0123abcd.tmp",  # a live writer (another process)
+        f".ckpt.pt.other-host.{dead}.0123abcd.tmp",  # another host's: its pid means nothing here
+        f".other.pt.{host}.{dead}.0123abcd.tmp",  # a temp of another file
+        f"ckpt.pt.{host}.{dead}.0123abcd.tmp",  # not our name: no leading dot
+        f".ckpt.pt.{host}.{dead}.0123abcd.tmp.bak",
+        ".ckpt.pt.tmp",
+        "notes.txt",
+    ]
+    for name in keep:
+        (tmp_path / name).write_text("keep me")
+        _backdate(tmp_path / name)
+    recent = tmp_path / f".ckpt.pt.{host}.{dead}.00000001.tmp"  # dead, but written just now
+    recent.write_text("keep me")
+    link = tmp_path / f".ckpt.pt.{host}.{dead}.00000002.tmp"  # a link, never ours
+    link.symlink_to(tmp_path / "notes.txt")
+    _backdate(link)
+    stale = tmp_path / f".ckpt.pt.{host}.{dead}.00000003.tmp"
+    stale.write_text("orphan")
+    _backdate(stale)
+    save({"v": 1}, tmp_path / "ckpt.pt")
+    assert sorted(os.listdir(tmp_path)) == sorted([*keep, recent.name, link.name, "ckpt.pt"])
+
+
+def test_manager_removes_orphaned_temps_of_any_of_its_steps(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    host, dead = _ckptfile._host(), _dead_pid()
+    orphan = tmp_path / f".{manager.path(3).name}.{host}.{dead}.0123abcd.tmp"
+    foreign = tmp_path / f".step_3.pt.{host}.{dead}.0123abcd.tmp"  # not a name it writes
+    for p in (orphan, foreign):
+        p.write_text("x")
+        _backdate(p)
+    manager.save(5, {"v": 5})
+    assert not orphan.exists() and foreign.exists()
+
+
+def test_load_latest_falls_back_to_the_newest_valid_and_save_sets_the_bad_one_aside(
+    tmp_path: Path,
+) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    manager.save(2, {"step": 2})
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    manager.save(4, {"step": 4})
+    bad = manager.path(4)
+    bad.write_bytes(bad.read_bytes()[:-7])  # a truncated newest checkpoint
+    with pytest.warns(UserWarning, match=f"{bad}.*loaded {manager.path(2)}"):
+        assert manager.load_latest() == {"step": 2}
+    assert bad.exists()  # loading never changes the folder
+    with pytest.warns(UserWarning, match="is corrupt and newer than step 3; renamed it"):
+        manager.save(3, {"step": 3})  # the resumed run goes on from step 2
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    manager.save(3, {"step": 3})  # rotation keeps the file it wrote, the newest valid one
+    assert manager.steps() == [3] and manager.load_latest() == {"step": 3}
+    assert (tmp_path / f"{bad.name}.corrupt").exists()
+
+
+def test_foreign_names_are_never_listed_loaded_or_deleted(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    manager.save(10, {"step": 10})
+    for name in ("step_7.pt", "step_10.pt", "step_00000000012.pt"):
+        (tmp_path / name).write_text("someone else's")
+    (tmp_path / "step_0000000013.pt").mkdir()  # a folder, not a checkpoint
+    assert manager.steps() == [10] and manager.latest() == manager.path(10)
+    assert manager.load_latest() == {"step": 10}
+    manager.save(11, {"step": 11})
+    assert manager.steps() == [11] and manager.load_latest() == {"step": 11}
+    for name in ("step_7.pt", "step_10.pt", "step_00000000012.pt", "step_0000000013.pt"):
+        assert (tmp_path / name).exists()
+
+
+def test_a_full_disk_raises_the_oserror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = save({"v": 1}, tmp_path / "ckpt.pt")
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, f: object) -> None:
+            self.f, self.written = f, 0
+
+        def write(self, data: bytes) -> int:
+            self.written += len(data)
+            if self.written > 1000:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.f.write(data)  # type: ignore[attr-defined]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.f, name)
+
+        def __enter__(self) -> Full:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.f.close()  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(_ckptfile.os, "fdopen", lambda fd, mode: Full(real_fdopen(fd, mode)))
+    for write in (
+        lambda: save({"w": torch.zeros(10_000)}, path),
+        lambda: CheckpointManager(tmp_path).save(1, {"w": torch.zeros(10_000)}),
+    ):
+        with pytest.raises(OSError, match="must have room on its file system") as info:
+            write()
+        assert info.value.errno == errno.ENOSPC and not isinstance(info.value, RuntimeError)
+    monkeypatch.undo()
+    assert load(path) == {"v": 1} and sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
+
+
+def test_a_file_size_limit_raises_efbig(tmp_path: Path) -> None:
+    """A real limit (RLIMIT_FSIZE), in a child process: the write fails with EFBIG."""
+    script = (
+        "import resource, signal, sys, torch\n"
+        "from seekdata.checkpoint import save\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))\n"
+        "try:\n"
+        "    save({'w': torch.zeros(1 << 16)}, sys.argv[1])\n"
+        "except OSError as e:\n"
+        "    print(type(e).__name__, e.errno)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "ckpt.pt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.split() == ["OSError", str(errno.EFBIG)], out.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_foreign_name_for_a_real_step_never_rotates_that_step_away(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    manager.save(5, {"step": 5})
+    manager.save(10, {"step": 10})
+    (tmp_path / "step_10.pt").write_text("someone else's")  # counted twice, step 10 was deleted
+    manager.save(11, {"step": 11})
+    assert manager.steps() == [10, 11] and load(manager.path(10)) == {"step": 10}
+    assert (tmp_path / "step_10.pt").read_text() == "someone else's"

@@ -6,6 +6,8 @@ import argparse
 import hashlib
 import json
 import pathlib
+import pickle
+import sys
 
 import pytest
 import torch
@@ -243,3 +245,67 @@ def test_add_parser_registers_inspect() -> None:
     args = parse("x.pt", "--key", "a/b", "--json")
     assert (args.command, args.checkpoint, args.key, args.json) == ("inspect", "x.pt", "a/b", True)
     assert args.run is inspection.run
+
+
+@pytest.mark.parametrize("content", ["object", "plain data"])
+def test_a_plain_pickle_is_named_and_refused_unread(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    path = tmp_path / "state.pkl"
+    obj = {"loader": states()[0], **({"obj": Opaque()} if content == "object" else {})}
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    assert inspection.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"seekdata inspect: error: {path} must be a torch.save checkpoint")
+    assert "it is a plain pickle (pickle.dump" in err and "refused unread" in err
+    assert ("Opaque" in err) == (content == "object")
+    assert "corrupt" not in err and "Traceback" not in err
+
+
+def test_deeply_nested_json_is_a_clear_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    assert inspection.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"seekdata inspect: error: {path} must nest its JSON data less deeply")
+    assert "RecursionError" in err and "Traceback" not in err
+
+
+def test_a_state_below_any_recursion_limit_is_found(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    depth = 3 * sys.getrecursionlimit()
+    node: object = {"loader": states()[0]}
+    for _ in range(depth):
+        node = [node]
+    path = tmp_path / "deep.pt"
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(10 * depth)  # pickling nests as deep as the object
+    try:
+        torch.save(node, path)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert inspection.main([str(path), "--json"]) == 0
+    (found,) = json.loads(capsys.readouterr().out)["states"]
+    assert found["keys"] == [0] * depth + ["loader"] and found["kind"] == "loader"
+
+
+def test_a_state_whose_fields_nest_without_limit_is_a_clear_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep: object = []
+    for _ in range(3 * sys.getrecursionlimit()):
+        deep = [deep]
+    loader = {**states()[0], "seed": deep}
+    path = tmp_path / "deep-field.pt"
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(10 * limit)
+    try:
+        torch.save({"loader": loader}, path)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert inspection.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"seekdata inspect: error: {path} must nest its state data less deeply")

@@ -7,10 +7,13 @@ import signal
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
-from seekdata.preemption import PreemptionHandler
+from seekdata.checkpoint import CheckpointManager
+from seekdata.preemption import PreemptionHandler, worker_signals
 from tests._ckpt_launch import gloo_job
 
 
@@ -129,3 +132,135 @@ def test_signal_to_one_rank_stops_both_at_the_same_step(tmp_path: Path) -> None:
     assert rank0["checkpoint_step"] == rank1["checkpoint_step"] == rank0["stopped_at"]
     assert rank0["checkpoint_by"] == rank1["checkpoint_by"] == 0
     assert rank0["restored"] and rank1["restored"]
+
+
+@pytest.mark.parametrize(
+    ("sigs", "workers", "persistent"),
+    [
+        ((signal.SIGTERM,), 0, "fresh"),
+        ((signal.SIGTERM,), 2, "persistent"),
+        ((signal.SIGTERM,), 2, "fresh"),
+        ((signal.SIGUSR1,), 2, "persistent"),
+        ((signal.SIGUSR1, signal.SIGTERM), 2, "persistent"),  # --signal, then the time limit
+    ],
+)
+def test_a_signal_to_every_process_of_the_step_checkpoints_and_resumes_exactly(
+    tmp_path: Path, sigs: tuple[signal.Signals, ...], workers: int, persistent: str
+) -> None:
+    """What SLURM does at a time limit: the signal reaches both ranks and all their workers."""
+    args = (str(workers), persistent)
+    with gloo_job("_train_preempt_loader_worker.py", tmp_path, "preempt", *args) as job:
+        job.wait_for("ready0", "ready1")  # both ranks are training, their workers started
+        for sig in sigs:
+            job.signal_step(sig)
+        rank0, rank1 = job.results()
+    stopped = rank0["stopped_at"]
+    assert rank1["stopped_at"] == stopped >= 3
+    assert {rank0["received"], rank1["received"]} <= {s.name for s in sigs} | {None}
+    assert {rank0["received"], rank1["received"]} != {None}
+    assert CheckpointManager(tmp_path / "ckpt").steps() == [stopped]
+    until = str(stopped + 9)  # past an epoch end (6 steps per epoch)
+    with gloo_job("_train_preempt_loader_worker.py", tmp_path, "resume", *args, until) as job:
+        rank0, _ = job.results()
+    assert rank0 == {"resumed_to": stopped + 9, "fresh_to": stopped + 9}
+    weights = torch.load(tmp_path / "w.pt", weights_only=True)
+    resumed, fresh = weights["resumed"], weights["fresh"]
+    assert resumed.keys() == fresh.keys()
+    assert all(torch.equal(resumed[k], fresh[k]) for k in fresh)
+
+
+class _Pids(torch.utils.data.Dataset):
+    """Sample i is (i, the pid of the process that loaded it)."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        return i, os.getpid()
+
+
+class _IterablePids(torch.utils.data.IterableDataset):
+    """The same samples from an IterableDataset, split between the workers."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        return ((i, os.getpid()) for i in range(start, 64, step))
+
+
+def _worker_init(worker_id: int) -> None:
+    worker_signals()
+
+
+@pytest.mark.parametrize(
+    ("sig", "options", "handler_first"),
+    [
+        (signal.SIGTERM, {"persistent_workers": True}, True),
+        (signal.SIGTERM, {"persistent_workers": True}, False),  # workers forked before it
+        (signal.SIGTERM, {}, True),  # new workers each epoch, after the signal too
+        (signal.SIGUSR1, {}, True),
+        (signal.SIGTERM, {"iterable": True}, True),
+        (signal.SIGTERM, {"torch_spawn": True}, True),  # torch's own loader; nothing inherited
+    ],
+)
+def test_loader_workers_outlive_the_notice_and_the_epoch_completes(
+    sig: signal.Signals, options: dict, handler_first: bool
+) -> None:
+    """Workers of every kind keep serving batches after SIGTERM/SIGUSR1 reached them."""
+    from seekdata import StatefulDataLoader
+
+    options = dict(options)
+    dataset = _IterablePids() if options.pop("iterable", False) else _Pids()
+    before = signal.getsignal(signal.SIGTERM)
+    loader: Any
+    if options.pop("torch_spawn", False):  # the recipe docs/slurm.md gives for torch's loader
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_size=4,
+            num_workers=2,
+            multiprocessing_context="spawn",
+            worker_init_fn=_worker_init,
+        )
+    else:
+        loader = StatefulDataLoader(dataset, batch_size=4, num_workers=2, **options)
+    seen: list[int] = []
+    try:
+        if not handler_first:  # persistent workers started before the handler existed
+            seen += next(iter(loader))[0].tolist()
+        with PreemptionHandler() as preemption:
+            for step, (index, pid) in enumerate(loader):
+                seen += index.tolist()
+                if step == 1:
+                    workers = set(pid.tolist()) - {os.getpid()}
+                    assert workers  # a worker loaded this batch
+                    for worker in workers:
+                        os.kill(worker, sig)  # what SLURM sends every process of the step
+                    os.kill(os.getpid(), sig)
+            assert preemption.received == sig and preemption.should_stop()
+            assert sorted(seen) == list(range(64))  # no worker died, no batch was lost
+            assert sorted(i for index, _ in loader for i in index.tolist()) == list(range(64))
+    finally:
+        del loader
+        signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_second_sigterm_still_ends_a_worker() -> None:
+    """How torch and multiprocessing stop a worker that does not exit when asked."""
+    statuses = []
+    for count in (1, 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            try:
+                worker_signals()
+                signal.raise_signal(signal.SIGUSR1)
+                for _ in range(count):
+                    signal.raise_signal(signal.SIGTERM)
+            finally:
+                os._exit(0)
+        statuses.append(os.waitpid(pid, 0)[1])
+    once, twice = statuses
+    assert os.WIFEXITED(once) and os.WEXITSTATUS(once) == 0
+    assert os.WIFSIGNALED(twice) and os.WTERMSIG(twice) == signal.SIGTERM

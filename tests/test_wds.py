@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import io
+import json
 import os
 import pathlib
 import pickle
@@ -138,8 +139,26 @@ def test_reads_exactly_the_members_bytes(shards: str, monkeypatch: pytest.Monkey
     sample = ds[57]
     with tarfile.open(ds.urls[2]) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(sample["__key__"] + ".")]
-    assert reads == [(m.offset_data, m.size) for m in members]
+    # each small member with the 512-byte tar header before it (checked against the index)
+    assert reads == [(m.offset_data - 512, 512 + m.size) for m in members]
     assert len(reads) == 3  # bin, cls, txt: nothing else read
+
+
+def test_a_large_member_is_read_after_its_header(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = bytes(range(256)) * (sw._JOINED_READ // 256 + 1)
+    ds = TarShards(write_tar(tmp_path / "big.tar", [("a.bin", big), ("a.txt", b"x")]))
+    reads: list[tuple[int, int]] = []
+    pread = sw._pread
+
+    def recording(fd: int, size: int, offset: int) -> bytes:
+        reads.append((offset, size))
+        return pread(fd, size, offset)
+
+    monkeypatch.setattr(sw, "_pread", recording)
+    assert ds[0]["bin"] == big and ds[0]["txt"] == b"x"
+    assert reads[:3] == [(0, 512), (512, len(big)), (len(big) + 512 + 512 - len(big) % 512, 513)]
 
 
 # -- decoding -----------------------------------------------------------------------
@@ -480,3 +499,100 @@ def test_dataloader_workers(shards: str) -> None:
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
     assert [s["__key__"] for s in loader] == [f"s{i:05d}" for i in range(len(ds))]
     assert [s["cls"] for s in loader] == [i % 7 for i in range(len(ds))]
+
+
+# -- an index that does not describe its shard ----------------------------------------------
+
+
+def edit_index(url: str, edit: Any) -> None:
+    """Change the index beside ``url`` in place; its stamp still matches the shard."""
+    path = pathlib.Path(url + tarindex.INDEX_SUFFIX)
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+def _swap_keys(doc: dict) -> None:
+    doc["keys"][0], doc["keys"][1] = doc["keys"][1], doc["keys"][0]
+
+
+def _swap_exts(doc: dict) -> None:
+    doc["exts"][0], doc["exts"][1] = doc["exts"][1], doc["exts"][0]
+
+
+def _shift_into_data(doc: dict) -> None:
+    m = next(i for i, size in enumerate(doc["sizes"]) if size > 1024)
+    doc["offsets"][m] += 512  # in range and no overlap: only the header check can tell
+    doc["sizes"][m] -= 512
+
+
+@pytest.mark.parametrize("edit", [_swap_keys, _swap_exts, _shift_into_data])
+def test_a_read_never_returns_another_members_bytes(shards: str, edit: Any) -> None:
+    ds = TarShards(shards)
+    url = ds.urls[0]
+    edit_index(url, edit)
+    edited = TarShards(shards)  # the stamp matches: the index is trusted, but checked
+    reads = [_reads(edited, i) for i in range(PER_SHARD)]
+    assert all(r is None or r == ds[i] for i, r in enumerate(reads))  # no other bytes, ever
+    failing = [i for i, r in enumerate(reads) if r is None]
+    assert failing, "the edit was not detected"
+    with pytest.raises(
+        ValueError,
+        match=r"shard .*shard-000\.tar: its index places member "
+        r".* but the tar header there .*--force",
+    ):
+        edited[failing[0]]
+
+
+def _reads(ds: TarShards, i: int) -> Any:
+    try:
+        return ds[i]
+    except ValueError:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("offsets", -512, "an offset before the first data block"),
+        ("sizes", 10**12, "data past the shard.s end"),
+        ("sizes", -1, "a negative size"),
+        ("offsets", 513, "an offset off a 512-byte block"),
+    ],
+)
+def test_an_index_out_of_range_is_refused_naming_the_fix(
+    shards: str, field: str, value: int, match: str
+) -> None:
+    ds = TarShards(shards)
+    edit_index(ds.urls[1], lambda doc: doc[field].__setitem__(3, value))
+    with pytest.raises(
+        ValueError,
+        match=rf"shard .*shard-001\.tar: its index .* \(member 3 "
+        rf"has ({match})",
+    ):
+        TarShards(shards)
+    healed = TarShards(shards, rebuild_index=True)
+    assert [healed[i] for i in range(len(ds))] == [ds[i] for i in range(len(ds))]
+    TarShards(shards)  # the rebuilt index is written back
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
+def test_the_header_check_accepts_long_odd_names_in_every_tar_format(
+    tmp_path: pathlib.Path, fmt: int
+) -> None:
+    names = [
+        "d" * 60 + "/" + "k" * 80 + ".txt",  # ustar splits it into prefix and name
+        "short.TXT",  # the index lower-cases extensions
+        "big.bin",
+    ]
+    if fmt != tarfile.USTAR_FORMAT:  # ustar can hold neither
+        names += ["k" * 150 + ".txt", "ключ.txt"]
+    path = tmp_path / "odd.tar"
+    with tarfile.open(path, "w", format=fmt) as tar:
+        for n, name in enumerate(names):
+            data = bytes([n]) * (5000 if name == "big.bin" else 7)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    ds = TarShards(str(path))
+    assert [ds[i] for i in range(len(ds))] == webdataset_samples(str(path))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 
@@ -107,3 +108,19 @@ def agree_with_rank0(value: int) -> int:
     box = [value]
     dist.broadcast_object_list(box, src=0)  # uses the backend's device (CUDA for NCCL)
     return int(box[0])
+
+
+def collective_device(device: str | torch.device | None) -> torch.device:
+    """Where a small collective's tensor must live: CUDA for NCCL, CPU for gloo/mpi."""
+    if device is not None:
+        return torch.device(device)
+    if dist.get_backend() == "nccl":  # mixed "cpu:gloo,cuda:nccl" takes CPU tensors
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def any_rank(flag: bool, device: str | torch.device | None = None) -> bool:
+    """True on every rank when ``flag`` is true on any rank (an all_reduce MAX; a barrier)."""
+    t = torch.tensor([int(flag)], dtype=torch.int32, device=collective_device(device))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())

@@ -9,7 +9,6 @@ the batch-level transform with its (seed, epoch, step) stream, in the worker.
 
 from __future__ import annotations
 
-import signal
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from seekdata import rng
+from seekdata import preemption, rng
 
 
 @dataclass(frozen=True)
@@ -151,14 +150,14 @@ class Collate:
 
 
 class WorkerInit:
-    """Worker start-up: ignore SIGUSR1 (SLURM forwards it to every process of a job step; it is
-    the trainer's to handle, see seekdata.PreemptionHandler), then run the user's function."""
+    """Worker start-up: outlive a preemption notice (SLURM signals every process of a job step;
+    it is the trainer's to handle, see seekdata.preemption.worker_signals), then run the
+    user's function."""
 
     def __init__(self, user_fn: Callable[[int], None] | None) -> None:
         self.user_fn = user_fn
 
     def __call__(self, worker_id: int) -> None:
-        if hasattr(signal, "SIGUSR1"):
-            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        preemption.worker_signals()
         if self.user_fn is not None:
             self.user_fn(worker_id)

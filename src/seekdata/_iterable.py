@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seekdata import _dist, rng
+from seekdata import _dist, preemption, rng
 from seekdata import state as S
 from seekdata._seed import seed_to_adopt
 
@@ -47,6 +47,7 @@ class WorkerSeeder:
         random.seed(words[2])
 
     def __call__(self, worker_id: int) -> None:
+        preemption.worker_signals()  # outlive a preemption notice, as WorkerInit does
         self.seed_globals(worker_id)
         if self.user_fn is not None:
             self.user_fn(worker_id)

@@ -27,6 +27,8 @@ from urllib.parse import urlparse
 import numpy as np
 from webdataset.tariterators import base_plus_ext
 
+from seekdata import _tarcheck
+
 #: ``format`` field of every index file.
 INDEX_FORMAT = "seekdata-wds-index"
 #: Bumped whenever the index layout changes; other versions are rebuilt.
@@ -96,6 +98,7 @@ class ShardIndex:
         n = int(index.starts[-1])
         sound = (
             len(index.keys) == len(counts)
+            and bool((counts >= 1).all())
             and len(index.member_ext) == len(index.offsets) == len(index.sizes) == n
             and all(0 <= e < len(index.exts) for e in set(index.member_ext.tolist()))
         )
@@ -327,7 +330,15 @@ def load_or_build(
     ipath = index_path(path, index_dir)
     old = None if force else _read_index(ipath)
     if old is not None and (old.size, old.mtime_ns) == (st.st_size, st.st_mtime_ns):
-        return old
+        problem = _tarcheck.index_problem(old)
+        if problem is None:
+            return old
+        if not rebuild:
+            raise ValueError(
+                f"shard {url}: its index {ipath} cannot describe this shard ({problem}); "
+                "the index was edited or corrupted. " + rebuild_hint(url)
+            )
+        old = None
     if old is not None and old.size != st.st_size and not rebuild:
         raise _changed(url, old, st)
     new = scan_shard(path, url)

@@ -14,10 +14,15 @@ reads any checkpoint; :func:`load` checks the footer first and raises
 
 Atomicity
 ---------
-The archive is written to a temporary file in the same folder (``.<name>.<pid>.<hex>.tmp``),
-fsynced, renamed over ``path`` with ``os.replace`` and the folder is fsynced: a reader sees the
-old file or the new one, never half of one, even if the writer is killed. A killed writer can
-leave its temporary file behind; it is never mistaken for a checkpoint.
+The archive is written to a temporary file in the same folder
+(``.<name>.<host>.<pid>.<hex>.tmp``), fsynced, renamed over ``path`` with ``os.replace`` and the
+folder is fsynced: a reader sees the old file or the new one, never half of one, even if the
+writer is killed. A killed writer leaves its temporary file behind; it is never mistaken for a
+checkpoint, and the next save of the same file (or of any step of a
+:class:`CheckpointManager`) on the same host removes it once it is provably orphaned: its name
+is ours, it was written by this host, its writer's pid no longer runs, and it has not been
+written to for ``_STALE_AFTER`` seconds. Anything else (another host's temp, a live write, a
+user's file) is never touched.
 
 DDP
 ---
@@ -29,18 +34,23 @@ does both, and keeps the last K step checkpoints of a folder.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import secrets
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-import torch.distributed as dist
 
 from seekdata import _dist
+from seekdata._ckptfile import (
+    CheckpointCorruptError,
+    is_corrupt,
+    remove_stale_temps,
+    verify_file,
+    write_atomic,
+)
 from seekdata.rng import check_counter
 
 __all__ = [
@@ -53,20 +63,7 @@ __all__ = [
     "verify",
 ]
 
-_EOCD = b"PK\x05\x06"  # zip end-of-central-directory signature
-_EOCD_LEN = 22  # its length with an empty comment; the last 2 bytes are the comment length
-_FOOTER = re.compile(rb"\nseekdata-checkpoint/1 sha256=([0-9a-f]{64}) size=([0-9]{20})\n\Z")
-_FOOTER_LEN = len(b"\nseekdata-checkpoint/1 sha256= size=\n") + 64 + 20
-_CHUNK = 1 << 22
 _T = TypeVar("_T")
-
-
-class CheckpointCorruptError(ValueError):
-    """A checkpoint file is truncated, extended or corrupt; ``path`` names it."""
-
-    def __init__(self, path: Path, message: str) -> None:
-        super().__init__(message)
-        self.path = path
 
 
 def _as_path(path: Any, where: str) -> Path:
@@ -78,140 +75,23 @@ def _as_path(path: Any, where: str) -> Path:
     return Path(path)
 
 
-class _HashingWriter:
-    """The file object ``torch.save`` writes to: hashes and writes everything but the last
-    22 bytes, which ``finish`` patches (zip comment length) before appending the footer."""
-
-    def __init__(self, f: Any) -> None:
-        self._f, self._hash, self._tail, self._size = f, hashlib.sha256(), b"", 0
-
-    def _emit(self, data: bytes | memoryview) -> None:
-        self._hash.update(data)
-        self._f.write(data)
-        self._size += len(data)
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        if len(view) >= _EOCD_LEN:
-            self._emit(self._tail)
-            self._emit(view[:-_EOCD_LEN])
-            self._tail = bytes(view[-_EOCD_LEN:])
-        else:
-            joined = self._tail + bytes(view)
-            self._emit(joined[:-_EOCD_LEN])
-            self._tail = joined[-_EOCD_LEN:]
-        return len(view)
-
-    def flush(self) -> None:
-        self._f.flush()
-
-    def finish(self) -> None:
-        tail = self._tail
-        if len(tail) != _EOCD_LEN or not tail.startswith(_EOCD) or tail[-2:] != b"\0\0":
-            raise RuntimeError(
-                "seekdata.checkpoint.save: torch.save must end its archive with a zip "
-                "end-of-central-directory record and no comment; this torch version did not; "
-                "save with torch.save and load with torch.load instead, and report it"
-            )
-        footer_len = _FOOTER_LEN.to_bytes(2, "little")
-        self._emit(tail[:-2] + footer_len)
-        digest = self._hash.hexdigest().encode()
-        self._f.write(b"\nseekdata-checkpoint/1 sha256=%s size=%020d\n" % (digest, self._size))
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds (Windows)
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save(obj: Any, path: str | os.PathLike[str]) -> Path:
     """Write ``obj`` with ``torch.save`` to ``path`` atomically, with a checksum footer.
 
     Creates missing parent folders. Returns ``path`` as a ``Path``. The file also loads with
-    a plain ``torch.load``; :func:`load` verifies it first.
+    a plain ``torch.load``; :func:`load` verifies it first. Removes temporary files that
+    killed writers of ``path`` left on this host. A full disk or file-size limit raises the
+    ``OSError`` (``ENOSPC``, ``EDQUOT``, ``EFBIG``) and leaves the old file in place.
     """
     path = _as_path(path, "save")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
-    try:
-        with os.fdopen(fd, "wb") as f:
-            writer = _HashingWriter(f)
-            torch.save(obj, writer)  # type: ignore[arg-type]  # a write/flush file object
-            writer.finish()
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
+    remove_stale_temps(path.parent, lambda name: name == path.name)
+    return write_atomic(obj, path)
 
 
 def verify(path: str | os.PathLike[str]) -> None:
     """Raise :class:`CheckpointCorruptError` unless ``path``'s footer matches its bytes."""
-    _verify(_as_path(path, "verify"), "verify")
-
-
-def _verify(path: Path, where: str) -> None:
-    with open(path, "rb") as f:
-        total = os.fstat(f.fileno()).st_size
-        if total >= _FOOTER_LEN:
-            f.seek(total - _FOOTER_LEN)
-            footer = f.read(_FOOTER_LEN)
-        else:
-            footer = b""
-        match = _FOOTER.match(footer)
-        if match is None:
-            plain = total >= _EOCD_LEN and _tail_is_plain_zip(f, total)
-            raise CheckpointCorruptError(
-                path,
-                f"{where}: {path} must end with a seekdata checksum footer; it has none "
-                + (
-                    "(it looks like a plain torch.save file); load it with "
-                    "torch.load(path, weights_only=True), or write it with "
-                    "seekdata.checkpoint.save"
-                    if plain
-                    else f"(the file is truncated or corrupt, {total} bytes); "
-                    f"load an earlier checkpoint"
-                ),
-            )
-        expected, size = match.group(1).decode(), int(match.group(2))
-        if size != total - _FOOTER_LEN:
-            raise CheckpointCorruptError(
-                path,
-                f"{where}: {path} must hold {size + _FOOTER_LEN} bytes as its footer records; it "
-                f"holds {total} (truncated or extended); load an earlier checkpoint",
-            )
-        f.seek(0)
-        digest, buf, left = hashlib.sha256(), bytearray(_CHUNK), size
-        view = memoryview(buf)
-        while left:
-            n = f.readinto(view[: min(left, _CHUNK)])
-            if not n:
-                break
-            digest.update(view[:n])
-            left -= n
-    if left or digest.hexdigest() != expected:
-        raise CheckpointCorruptError(
-            path,
-            f"{where}: {path} must match the sha256 in its footer ({expected[:16]}…); its bytes "
-            f"hash to {digest.hexdigest()[:16]}… (corrupt on disk or in transfer); load an "
-            f"earlier checkpoint",
-        )
-
-
-def _tail_is_plain_zip(f: Any, total: int) -> bool:
-    f.seek(total - _EOCD_LEN)
-    tail = f.read(_EOCD_LEN)
-    return bool(tail.startswith(_EOCD) and tail[-2:] == b"\0\0")
+    verify_file(_as_path(path, "verify"), "verify")
 
 
 def load(
@@ -223,27 +103,11 @@ def load(
     truncated or corrupt, ``FileNotFoundError`` when it is missing.
     """
     path = _as_path(path, "load")
-    _verify(path, "load")
+    verify_file(path, "load")
     return torch.load(path, map_location=map_location, weights_only=weights_only)
 
 
 # --- DDP ------------------------------------------------------------------------------------
-
-
-def _collective_device(device: str | torch.device | None) -> torch.device:
-    """Where a small collective's tensor must live: CUDA for NCCL, CPU for gloo/mpi."""
-    if device is not None:
-        return torch.device(device)
-    if dist.get_backend() == "nccl":  # mixed "cpu:gloo,cuda:nccl" takes CPU tensors
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _any_rank(flag: bool, device: str | torch.device | None = None) -> bool:
-    """True on every rank when ``flag`` is true on any rank (an all_reduce MAX; a barrier)."""
-    t = torch.tensor([int(flag)], dtype=torch.int32, device=_collective_device(device))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
 
 
 def _on_rank0(fn: Callable[[], _T], where: str) -> _T | None:
@@ -256,7 +120,7 @@ def _on_rank0(fn: Callable[[], _T], where: str) -> _T | None:
             result = fn()
         except Exception as e:  # re-raised below, after the other ranks know
             error = e
-    failed = _any_rank(error is not None)
+    failed = _dist.any_rank(error is not None)
     if error is not None:
         raise error
     if failed:
@@ -303,7 +167,10 @@ class CheckpointManager:
     """Step checkpoints ``<prefix><step:010d><suffix>`` in one folder, the last K kept.
 
     ``save(step, obj)`` writes on rank 0 (every rank waits) and then deletes all but the
-    ``keep_last`` highest steps; ``latest()`` is the path of the highest step, or None.
+    ``keep_last`` highest steps, never the one it wrote; ``latest()`` is the path of the highest
+    step, or None; ``load_latest()`` loads the newest checkpoint that verifies. Only files
+    named exactly as :meth:`path` names them count: ``step_7.pt`` beside
+    ``step_0000000007.pt`` is someone else's file, never listed, loaded or deleted.
 
     >>> manager = CheckpointManager("ckpt", keep_last=3)  # doctest: +SKIP
     >>> manager.save(step, {"model": model.state_dict(), "step": step})  # doctest: +SKIP
@@ -343,11 +210,20 @@ class CheckpointManager:
         return self.directory / f"{self.prefix}{step:010d}{self.suffix}"
 
     def steps(self) -> list[int]:
-        """Steps with a checkpoint in the folder, ascending (temporary files excluded)."""
+        """Steps with a checkpoint file in the folder, ascending: files named exactly as
+        :meth:`path` names them (temporary files, other spellings and folders excluded)."""
         if not self.directory.is_dir():
             return []
-        found = (self._name.match(p.name) for p in self.directory.iterdir())
-        return sorted(int(m.group(1)) for m in found if m is not None)
+        found = []
+        for p in self.directory.iterdir():
+            m = self._name.match(p.name)
+            if m is not None and self._canonical(p.name) and p.is_file():
+                found.append(int(m.group(1)))
+        return sorted(found)
+
+    def _canonical(self, name: str) -> bool:
+        m = self._name.match(name)
+        return m is not None and name == self.path(int(m.group(1))).name
 
     def latest(self) -> Path | None:
         """The path of the highest step, or None when the folder has no checkpoint."""
@@ -361,21 +237,58 @@ class CheckpointManager:
         return self.path(step)
 
     def _save(self, step: int, obj: Any) -> None:
-        steps = self.steps()
-        if steps and step < steps[-1]:
+        where = "CheckpointManager.save"
+        later = [s for s in self.steps() if s > step]
+        corrupt = [s for s in later if is_corrupt(self.path(s), where)]
+        if len(corrupt) < len(later):
             raise ValueError(
-                f"CheckpointManager.save: step must be >= the latest step in "
-                f"{self.directory} ({steps[-1]}) so that latest() is the newest; got step "
-                f"{step}; delete the later checkpoints or use another directory to branch"
+                f"{where}: step must be >= the latest step in {self.directory} ({later[-1]}) "
+                f"so that latest() is the newest; got step {step}; delete the later "
+                f"checkpoints or use another directory to branch"
             )
-        save(obj, self.path(step))
+        for bad in corrupt:  # load_latest() skipped them; set them aside so that rotation
+            moved = self.path(bad).with_name(self.path(bad).name + ".corrupt")  # cannot
+            os.replace(self.path(bad), moved)  # keep them instead of the file written now
+            warnings.warn(
+                f"{where}: {self.path(bad)} is corrupt and newer than step {step}; renamed it "
+                f"to {moved.name} so that step {step} is the latest; delete it when done",
+                stacklevel=4,
+            )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(self.directory, self._canonical)
+        write_atomic(obj, self.path(step))
         if self.keep_last is not None:
             for old in self.steps()[: -self.keep_last]:
-                self.path(old).unlink(missing_ok=True)
+                if old < step:  # never the checkpoint just written
+                    self.path(old).unlink(missing_ok=True)
 
     def load_latest(self, map_location: Any = None, *, weights_only: bool = True) -> Any:
-        """:func:`load` the highest step's checkpoint; None when there is none."""
-        latest = self.latest()
-        if latest is None:
-            return None
-        return load(latest, map_location, weights_only=weights_only)
+        """:func:`load` the newest checkpoint that verifies; None when the folder has none.
+
+        A newer file that is truncated or corrupt is skipped with a warning naming it (the
+        next :meth:`save` sets it aside); when every file is corrupt, raises the newest one's
+        :class:`CheckpointCorruptError`.
+        """
+        where = "CheckpointManager.load_latest"
+        bad: list[CheckpointCorruptError] = []
+        for step in reversed(self.steps()):
+            path = self.path(step)
+            try:
+                verify_file(path, where)
+            except FileNotFoundError:  # rotated away since steps() listed it
+                continue
+            except CheckpointCorruptError as e:
+                bad.append(e)
+                continue
+            if bad:
+                names = ", ".join(str(e.path) for e in bad)
+                warnings.warn(
+                    f"{where}: the newest checkpoint must verify; {names} did not "
+                    f"({bad[0]}); loaded {path} (step {step}), the newest valid one, instead; "
+                    f"move the bad file(s) away to silence this",
+                    stacklevel=2,
+                )
+            return torch.load(path, map_location=map_location, weights_only=weights_only)
+        if bad:
+            raise bad[0]
+        return None

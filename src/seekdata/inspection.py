@@ -27,6 +27,7 @@ import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from seekdata import _pickles
 from seekdata import state as S
 
 __all__ = ["add_parser", "find_states", "fingerprint", "main", "read_checkpoint", "run"]
@@ -71,25 +72,33 @@ def is_state(obj: Any) -> bool:
 
 
 def find_states(obj: Any, keys: tuple[Key, ...] = ()) -> Iterator[tuple[tuple[Key, ...], Any]]:
-    """Every seekdata state inside ``obj`` (dicts, lists, tuples), as (key path, state)."""
+    """Every seekdata state inside ``obj`` (dicts, lists, tuples), as (key path, state), in
+    depth-first order. Iterative, so that no nesting depth can exhaust Python's stack."""
     seen: set[int] = set()
-
-    def walk(node: Any, path: tuple[Key, ...]) -> Iterator[tuple[tuple[Key, ...], Any]]:
+    stack: list[Iterator[tuple[Key, Any]]] = [iter([(None, obj)])]  # type: ignore[list-item]
+    paths: list[tuple[Key, ...]] = [keys[:-1] if keys else ()]
+    first = True
+    while stack:
+        try:
+            key, node = next(stack[-1])
+        except StopIteration:
+            stack.pop()
+            paths.pop()
+            continue
+        path = keys if first else (*paths[-1], key)
+        first = False
         if is_state(node):
             yield path, node
-            return
-        if isinstance(node, Mapping | list | tuple):
-            if id(node) in seen:  # an unpickled container may hold itself
-                return
-            seen.add(id(node))
+            continue
+        if not isinstance(node, Mapping | list | tuple) or id(node) in seen:
+            continue  # an unpickled container may hold itself
+        seen.add(id(node))
         if isinstance(node, Mapping):
-            for key, value in node.items():
-                yield from walk(value, (*path, key if isinstance(key, int | str) else str(key)))
-        elif isinstance(node, list | tuple):
-            for i, value in enumerate(node):
-                yield from walk(value, (*path, i))
-
-    yield from walk(obj, keys)
+            items = ((k if isinstance(k, int | str) else str(k), v) for k, v in node.items())
+            stack.append(items)
+        else:
+            stack.append(iter(enumerate(node)))
+        paths.append(path)
 
 
 def path_text(keys: Sequence[Key]) -> str:
@@ -170,6 +179,8 @@ def read_checkpoint(path: str | os.PathLike[str]) -> tuple[Any, str]:
                 f"{path} must be valid JSON (it is named .json or starts like JSON); it is not: "
                 f"{exc}; the file is truncated or corrupt: inspect an earlier copy"
             ) from exc
+        except RecursionError:
+            raise ValueError(_too_deep(path, "JSON")) from None
     kind = "torch.save file, no checksum"
     if _FOOTER_MARK in tail:
         from seekdata import checkpoint
@@ -188,6 +199,10 @@ def _torch_load(path: str, size: int) -> Any:
             f"the write was interrupted: inspect an earlier checkpoint"
         )
     mmap = zipfile.is_zipfile(path)  # tensors are mapped, not read: cheap on huge files
+    if not mmap:
+        raw = _pickles.plain_pickle_globals(path)
+        if raw is not None:  # refused before torch.load, which would only fail on it
+            raise ValueError(_plain_pickle_message(path, raw))
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
@@ -196,8 +211,18 @@ def _torch_load(path: str, size: int) -> Any:
         raise ValueError(message) from exc
     except OSError:
         raise
+    except RecursionError:
+        raise ValueError(_too_deep(path, "torch.save")) from None
     except Exception as exc:  # torch.load reports damage as RuntimeError, KeyError, EOFError…
         raise ValueError(_corrupt_message(path, exc)) from exc
+
+
+def _too_deep(path: str, kind: str) -> str:
+    return (
+        f"{path} must nest its {kind} data less deeply than Python's recursion limit "
+        f"({sys.getrecursionlimit()}) to be read; it nests deeper (RecursionError); seekdata "
+        f"states are a few levels deep: save them nearer the top of the file"
+    )
 
 
 def _unsafe_globals(path: str, exc: Exception) -> list[str]:
@@ -208,6 +233,16 @@ def _unsafe_globals(path: str, exc: Exception) -> list[str]:
         return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
     except Exception:  # an older torch or a legacy-format file: take them from the error
         return re.findall(r"GLOBAL (\S+) was not an allowed global", str(exc))
+
+
+def _plain_pickle_message(path: str, names: list[str]) -> str:
+    imports = f", importing {_some(names)}" if names else ""
+    return (
+        f"{path} must be a torch.save checkpoint or a JSON file to be inspected; it is a plain "
+        f"pickle (pickle.dump{imports}), refused unread: unpickling it could run code from the "
+        f"file, and seekdata will not; if you trust the file, load it with pickle.load and "
+        f"json.dump the states you want to inspect, or save with torch.save"
+    )
 
 
 def _pickled_message(path: str, names: list[str]) -> str:
@@ -340,10 +375,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"{exc}{top}; seekdata states in the file: {found}; pass a path to one of them"
         ) from None
-    states = [describe(k, s) for k, s in find_states(node, keys)]
+    try:  # a state's own fields may nest without limit too
+        states = [describe(k, s) for k, s in find_states(node, keys)]
+        text = json.dumps(
+            {"file": str(path), "format": kind, "states": states}, indent=2, default=repr
+        )
+    except RecursionError:
+        raise ValueError(_too_deep(path, "state")) from None
     if args.json:
-        report = {"file": str(path), "format": kind, "states": states}
-        print(json.dumps(report, indent=2, default=repr))
+        print(text)
     elif states:
         print(f"{path} ({kind}): {len(states)} seekdata state{'s' * (len(states) != 1)}")
         for d in states:

@@ -1,10 +1,12 @@
 """Stop every rank at the same step when the cluster says the job must end.
 
 A SLURM time limit or preemption sends a signal (``SIGUSR1`` from ``--signal``, ``SIGTERM``
-at the end) to some processes, not necessarily all at once. :class:`PreemptionHandler`'s
-signal handler only sets a flag; :meth:`PreemptionHandler.should_stop`, called by every rank
-at a step boundary, agrees with an ``all_reduce(MAX)`` of the flags, so all ranks see the same
-answer at the same step, checkpoint that step and exit cleanly::
+at the end) to the processes of a job step, not necessarily all at once, DataLoader workers
+included: :func:`worker_signals` (run in every seekdata loader worker) keeps the workers alive,
+so the main process decides. :class:`PreemptionHandler`'s signal handler only sets a flag;
+:meth:`PreemptionHandler.should_stop`, called by every rank at a step boundary, agrees with an
+``all_reduce(MAX)`` of the flags, so all ranks see the same answer at the same step,
+checkpoint that step and exit cleanly::
 
     with seekdata.PreemptionHandler() as preemption:
         for step in range(start, total):
@@ -24,17 +26,52 @@ from types import FrameType
 from typing import Any
 
 import torch
+import torch.utils.data
 
 from seekdata import _dist
-from seekdata.checkpoint import _any_rank
 
-__all__ = ["PreemptionHandler"]
+__all__ = ["PreemptionHandler", "worker_signals"]
 
 _UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
-# In processes forked from the installing one (DataLoader workers) these keep their previous
-# disposition, so that a parent can still stop its children; other signals are ignored there,
-# so a preemption notice sent to every process of a job step does not kill the workers.
+# In processes forked from the installing one that are not DataLoader workers these keep their
+# previous disposition, so that a parent can still stop its children; other signals are
+# ignored there, so a preemption notice sent to every process of a job step does not kill them.
 _STOPPING = {signal.SIGTERM, signal.SIGINT}
+_worker_sigterms = 0  # SIGTERMs this DataLoader worker has received (see worker_signals)
+
+
+def _worker_handle(signum: int, frame: FrameType | None) -> None:
+    """A DataLoader worker's SIGTERM/SIGUSR1 handler: the first SIGTERM is ignored, a second
+    ends the worker as SIGTERM would; SIGUSR1 is ignored."""
+    global _worker_sigterms
+    if signum != signal.SIGTERM:
+        return
+    _worker_sigterms += 1
+    if _worker_sigterms >= 2:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def worker_signals() -> None:
+    """Make this DataLoader worker outlive a preemption notice; seekdata's loaders call it first
+    thing in every worker (their ``worker_init_fn``).
+
+    SLURM signals every process of a job step, workers included: ``SIGUSR1`` from ``--signal``
+    (whose default action ends a process) and ``SIGTERM`` at the time limit. A worker that dies
+    makes its rank raise "DataLoader worker ... killed by signal" before the loop reaches
+    :meth:`PreemptionHandler.should_stop`, so no checkpoint is written. The trainer (the main
+    process) decides; a worker ends when the main process shuts its loader down, or on its own
+    once the main process is gone (torch's watchdog). A *second* ``SIGTERM`` still ends a
+    worker: that is how torch and multiprocessing stop a worker that does not exit when asked,
+    so a stuck worker can never hang the main process's exit.
+    """
+    if hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_handle)
+
+
+def _in_loader_worker() -> bool:
+    return torch.utils.data.get_worker_info() is not None
 
 
 def _check_signals(signals: Any) -> tuple[signal.Signals, ...]:
@@ -115,7 +152,9 @@ class PreemptionHandler:
             if self._received is None:
                 self._received = sig
             return
-        if sig in _STOPPING:  # a forked child: behave as it would have without us
+        if _in_loader_worker():  # forked before its worker_init_fn ran, or not one of ours
+            _worker_handle(signum, frame)
+        elif sig in _STOPPING:  # another forked child: behave as it would have without us
             previous = self._previous.get(sig, signal.SIG_DFL)
             if callable(previous):
                 previous(signum, frame)
@@ -137,7 +176,7 @@ class PreemptionHandler:
         if self._stop:
             return True
         local = self._received is not None
-        self._stop = _any_rank(local, self.device) if _dist.pg_initialized() else local
+        self._stop = _dist.any_rank(local, self.device) if _dist.pg_initialized() else local
         return self._stop
 
     def close(self) -> None:

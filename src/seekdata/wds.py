@@ -31,7 +31,7 @@ import torch
 from torch.utils.data import Dataset
 from webdataset import autodecode
 
-from . import _tarindex
+from . import _tarcheck, _tarindex
 from ._tarindex import Shard
 
 __all__ = ["TarShards"]
@@ -40,6 +40,8 @@ __all__ = ["TarShards"]
 PICKLE_EXTENSIONS = frozenset({"pkl", "pickle", "pyd"})
 #: Most shard files each thread of each process keeps open at once.
 MAX_OPEN_FILES = 64
+_HEADER = 512  # a tar header: checked before each member's data is returned
+_JOINED_READ = 1 << 16  # members up to this size are read with their header in one pread
 
 Handler = Callable[[str, bytes], Any]
 
@@ -153,7 +155,20 @@ class TarShards(Dataset[dict[str, Any]]):
         for m in range(int(idx.starts[local]), int(idx.starts[local + 1])):
             ext = idx.exts[idx.member_ext[m]]
             offset, size = int(idx.offsets[m]), int(idx.sizes[m])
-            data = _pread(fd, size, offset)
+            # the header before the data too (offset >= 512), in one read when the data is small
+            joined = size <= _JOINED_READ
+            block = _pread(fd, _HEADER + size if joined else _HEADER, offset - _HEADER)
+            header = block[:_HEADER]
+            problem = _tarcheck.header_problem(header, key, ext, size)
+            if problem is not None:
+                raise ValueError(
+                    f"shard {shard.url}: its index places member {key}.{ext} ({size} bytes) at "
+                    f"byte {offset}, but the tar header there {problem}; the index does not "
+                    "describe this shard (edited, or the shard rewritten with its old size and "
+                    "mtime), so its bytes would be another member's. "
+                    + _tarindex.rebuild_hint(shard.url)
+                )
+            data = block[_HEADER:] if joined else _pread(fd, size, offset)
             if len(data) != size:
                 raise ValueError(
                     f"shard {shard.url}: member {key}.{ext} should be {size} bytes at offset "
