@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seekdata
+from seekdata import mixture
 from seekdata.testing import assert_exact_resume
 from seekdata.wds import TarShards
 from tests.test_wds import write_shards
@@ -306,3 +307,33 @@ def test_shuffling_a_mixture_again_is_refused() -> None:
 def test_default_length_is_the_sources_total() -> None:
     assert len(mix3()) == 52
     assert functools.reduce(lambda a, b: a + b, mix3().weights) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 2**40),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 2**40),
+    x=st.integers(0, 2**40),
+)
+def test_scalar_fast_paths_equal_the_vectorised_ones(n: int, seed: int, epoch: int, x: int) -> None:
+    """Mixture looks up one sample at a time in pure Python; it must be seekdata's Feistel
+    order and global-RNG seeds exactly, or mixtures would disagree with the rest."""
+    x %= n
+    want = seekdata.order.Feistel(n, seed).indices(epoch, np.array([x]))[0]
+    assert mixture._feistel(n, seed, epoch, x) == want
+    want_seeds = seekdata.rng.global_seeds(seed, epoch, np.array([x])).tolist()[0]
+    assert mixture._global_seeds(seed, epoch, x) == want_seeds
+
+
+@pytest.mark.parametrize("reseed", [True, False])
+def test_a_loader_in_the_main_process_leaves_global_rng_alone(reseed: bool) -> None:
+    mix = mix3(reseed_global_rng=reseed)
+    loader = seekdata.StatefulDataLoader(mix, batch_size=4, reseed_global_rng=reseed)
+    torch.manual_seed(9)
+    before = torch.get_rng_state()
+    batches = list(loader)
+    assert torch.equal(torch.get_rng_state(), before)
+    # reseeding or not, sample_rng draws from the sample's key
+    k, e, i = mix.locate(5)
+    assert batches[1]["y"][1] == torch.tensor(mix.sample_generator(k, e, i).random())
