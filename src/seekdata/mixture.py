@@ -126,7 +126,7 @@ class _Tree:
         self.right: list[int] = []
         self.a_left: list[int] = []
         self.a_sum: list[int] = []
-        self.bounds = [Fraction(0)] * len(a)
+        self.bounds = [0.0] * len(a)
         by_weight = sorted(range(len(a)), key=lambda k: (-a[k], k))
         if len(a) > 1:
             self._build(by_weight, a, Fraction(0))
@@ -134,8 +134,9 @@ class _Tree:
     def _build(self, ks: list[int], a: list[int], bound: Fraction) -> int:
         """Node for sources ``ks`` (sorted by weight, descending), whose count error is at
         most ``bound``; returns its id. Splits where the two halves' weights are closest."""
-        if len(ks) == 1:
-            self.bounds[ks[0]] = bound
+        if len(ks) == 1:  # a float no smaller than the exact bound (huge fractions otherwise)
+            upper = float(bound)
+            self.bounds[ks[0]] = upper if Fraction(upper) >= bound else math.nextafter(upper, 2)
             return -1 - ks[0]
         total = sum(a[k] for k in ks)
         best, split, acc = None, 1, 0
@@ -285,8 +286,9 @@ class Mixture(torch.utils.data.Dataset):
         return tuple(Fraction(a, total) for a in self._a)
 
     @property
-    def bound(self) -> Fraction:
-        """Over every prefix of the stream, ``|count_k - weight_k * length| <= bound``."""
+    def bound(self) -> float:
+        """Over every prefix of the stream, ``|count_k - weight_k * length| <= bound``: the
+        exact bound of this tree, rounded up to a float."""
         return max(self._tree.bounds)
 
     def _stream_position(self, position: int, epoch: int | None, where: str) -> int:

@@ -71,7 +71,7 @@ def mixture_golden() -> dict:
     for epoch in (0, 1):
         out[f"epoch {epoch}"] = [list(mix.locate(p, epoch)) for p in range(30)]
     out["far"] = {str(p): list(mix.locate(p)) for p in (10**6, 10**9, 10**12)}
-    out["bound"] = str(mix.bound)
+    out["bound"] = mix.bound
     return out
 
 
