@@ -97,13 +97,21 @@ def _feistel(n: int, seed: int, epoch: int, x: int) -> int:
     bits = max((n - 1).bit_length(), 2)
     b = bits - (bits >> 1)
     mask_a, mask_b = (1 << (bits - b)) - 1, (1 << b) - 1
+    rounds = [(key, i % 2 == 0) for i, key in enumerate(keys)]
+    m1, m2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
     while True:  # cycle walking: the domain is < 2n
         left, right = x >> b, x & mask_b
-        for i, key in enumerate(keys):
-            if i % 2 == 0:
-                left ^= _mix64(right ^ key) & mask_a
+        for key, even in rounds:  # _mix64 inlined: this loop is the per-sample cost
+            v = (right if even else left) ^ key
+            v ^= v >> 30
+            v = (v * m1) & _M64
+            v ^= v >> 27
+            v = (v * m2) & _M64
+            v ^= v >> 31
+            if even:
+                left ^= v & mask_a
             else:
-                right ^= _mix64(left ^ key) & mask_b
+                right ^= v & mask_b
         x = (left << b) | right
         if x < n:
             return x
