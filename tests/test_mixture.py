@@ -343,3 +343,13 @@ def test_a_loader_in_the_main_process_leaves_global_rng_alone(reseed: bool) -> N
     # reseeding or not, sample_rng draws from the sample's key
     k, e, i = mix.locate(5)
     assert batches[1]["y"][1] == torch.tensor(mix.sample_generator(k, e, i).random())
+
+
+def test_a_thousand_geometric_weights_build_a_deep_tree() -> None:
+    """Weights 2**-k make the split tree a chain 1,000 deep: built without recursion, and the
+    lightest source is still found where the counts say."""
+    weights = [Fraction(1, 2**k) for k in range(1000)]
+    mix = seekdata.Mixture([range(2)] * 1000, weights, length=10)
+    assert mix.bound < 2
+    check_prefixes(mix, 0, 300)
+    check_prefixes(mix, 2**1000 - 3, 2**1000 + 3)  # the lightest source's only visits

@@ -124,6 +124,12 @@ def _global_seeds(seed: int, epoch: int, index: int) -> list[int]:
     return [h & 0xFFFFFFFF, h >> 32, h ^ key[2]]
 
 
+def _up(value: Fraction) -> float:
+    """The smallest float >= ``value`` (exact when ``value`` is a float)."""
+    f = float(value)
+    return f if Fraction(f) >= value else math.nextafter(f, math.inf)
+
+
 class _Tree:
     """The weight-balanced split tree. Internal node j sends ``round(m * a_left / a_sum)`` of
     the first m positions it receives to its left child. Children are node ids (>= 0) or
@@ -134,37 +140,42 @@ class _Tree:
         self.right: list[int] = []
         self.a_left: list[int] = []
         self.a_sum: list[int] = []
+        self._cuts: list[int] = []
         self.bounds = [0.0] * len(a)
-        by_weight = sorted(range(len(a)), key=lambda k: (-a[k], k))
-        if len(a) > 1:
-            self._build(by_weight, a, Fraction(0))
+        # (sources sorted by weight, their node's error bound, parent node, is the left child)
+        stack = [(sorted(range(len(a)), key=lambda k: (-a[k], k)), 0.0, -1, True)]
+        while stack:  # iterative: geometric weights make a chain as deep as K
+            ks, bound, parent, is_left = stack.pop()
+            node = self._split(ks, a) if len(ks) > 1 else -1 - ks[0]
+            if parent >= 0:
+                (self.left if is_left else self.right)[parent] = node
+            if node < 0:
+                self.bounds[ks[0]] = bound
+                continue
+            cut, total, a_left = self._cuts[node], self.a_sum[node], self.a_left[node]
+            for part, weight, left in ((ks[:cut], a_left, True), (ks[cut:], total - a_left, False)):
+                # a child's error: its own rounding (<= 1/2) plus its share of the parent's
+                share = _up(Fraction(weight, total))
+                stack.append(
+                    (part, _up(Fraction(1, 2) + Fraction(share) * Fraction(bound)), node, left)
+                )
+        del self._cuts
 
-    def _build(self, ks: list[int], a: list[int], bound: Fraction) -> int:
-        """Node for sources ``ks`` (sorted by weight, descending), whose count error is at
-        most ``bound``; returns its id. Splits where the two halves' weights are closest."""
-        if len(ks) == 1:  # a float no smaller than the exact bound (huge fractions otherwise)
-            upper = float(bound)
-            self.bounds[ks[0]] = upper if Fraction(upper) >= bound else math.nextafter(upper, 2)
-            return -1 - ks[0]
+    def _split(self, ks: list[int], a: list[int]) -> int:
+        """A node for sources ``ks`` (sorted by weight, descending), split where the two
+        halves' weights are closest; returns its id."""
         total = sum(a[k] for k in ks)
-        best, split, acc = None, 1, 0
-        for s in range(1, len(ks)):
-            acc += a[ks[s - 1]]
-            gap = abs(2 * acc - total)
-            if best is None or gap < best:
-                best, split = gap, s
-        node = len(self.left)
-        a_left = sum(a[k] for k in ks[:split])
+        best, cut, acc = total + 1, 1, 0
+        for i in range(1, len(ks)):
+            acc += a[ks[i - 1]]
+            if abs(2 * acc - total) < best:
+                best, cut = abs(2 * acc - total), i
         self.left.append(0)
         self.right.append(0)
-        self.a_left.append(a_left)
+        self.a_left.append(sum(a[k] for k in ks[:cut]))
         self.a_sum.append(total)
-        # a child's error: its own rounding (<= 1/2) plus its share of the parent's error
-        half = Fraction(1, 2)
-        self.left[node] = self._build(ks[:split], a, half + Fraction(a_left, total) * bound)
-        a_right = total - a_left
-        self.right[node] = self._build(ks[split:], a, half + Fraction(a_right, total) * bound)
-        return node
+        self._cuts.append(cut)
+        return len(self.left) - 1
 
     def locate(self, position: int) -> tuple[int, int]:
         """(source, positions the source received before ``position``): O(depth)."""
@@ -358,7 +369,7 @@ class Mixture(torch.utils.data.Dataset):
 
     def __repr__(self) -> str:
         parts = ", ".join(
-            f"{type(d).__name__}(n={n}) x {w}"
+            f"{type(d).__name__}(n={n}) x {float(w):.4g}"
             for d, n, w in zip(self.datasets, self.sizes, self.weights, strict=True)
         )
         return f"Mixture([{parts}], length={self.length}, seed={self.seed})"
