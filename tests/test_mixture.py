@@ -353,3 +353,19 @@ def test_a_thousand_geometric_weights_build_a_deep_tree() -> None:
     assert mix.bound < 2
     check_prefixes(mix, 0, 300)
     check_prefixes(mix, 2**1000 - 3, 2**1000 + 3)  # the lightest source's only visits
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loaders_epoch_is_the_mixtures(workers: int) -> None:
+    """Epoch e of the loader is positions e * len + p of the stream: epoch 1 continues the
+    sources where epoch 0 left them, in workers too."""
+    mix = mix3(length=13)
+    loader = seekdata.StatefulDataLoader(mix, batch_size=4, num_workers=workers)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        got = [
+            (int(s), int(i)) for b in loader for s, i in zip(b["source"], b["index"], strict=True)
+        ]
+        want = [(k, i) for k, _, i in (mix.locate(p, epoch) for p in range(13))]
+        assert got == want
+    assert mix.locate(0, 1) == mix.locate(13, 0)

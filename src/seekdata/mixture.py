@@ -19,10 +19,9 @@ tables:
    where the source seed is hashed from (seed, source id): global RNG and
    :func:`seekdata.sample_rng` see the same numbers whatever else is in the mixture.
 
-The bound: every source's count over every prefix of the stream stays within
-:attr:`Mixture.bound` of ``weight * length`` (exact; below 1 for most weight sets, below 2 for
-all, see docs/mixtures.md). The interleaving is deterministic (the same source pattern in every
-epoch); the samples are shuffled.
+The bound: over every prefix of the stream, each source's count stays within
+:attr:`Mixture.bound` of ``weight * p`` (1/2 for two sources, below 1 for three, below 2 for
+any weights; docs/mixtures.md). The source pattern is the same every epoch; samples are shuffled.
 """
 
 from __future__ import annotations
@@ -56,7 +55,9 @@ def _fraction(value: Any, k: int) -> Fraction:
     else:
         f = float(value)
         if not math.isfinite(f):
-            raise ValueError(f"{where}: weights must be finite; weight {k} is {f}")
+            raise ValueError(
+                f"{where}: weights must be finite; weight {k} is {f}; pass a positive number"
+            )
         frac = Fraction(str(f))  # the shortest decimal that reads back as f: 0.3 is 3/10
     if frac <= 0:
         raise ValueError(
@@ -252,10 +253,12 @@ class Mixture(torch.utils.data.Dataset):
         if not isinstance(datasets, Sequence) or isinstance(datasets, str | bytes):
             raise TypeError(
                 f"{where}: datasets must be a list of map-style datasets; got "
-                f"{type(datasets).__name__}"
+                f"{type(datasets).__name__}; pass e.g. [web, code]"
             )
         if not isinstance(weights, Sequence) or isinstance(weights, str | bytes):
-            raise TypeError(f"{where}: weights must be a list of numbers; got {weights!r}")
+            raise TypeError(
+                f"{where}: weights must be a list of numbers; got {weights!r}; pass e.g. [0.7, 0.3]"
+            )
         if len(datasets) == 0 or len(weights) != len(datasets):
             raise ValueError(
                 f"{where}: one weight per dataset and at least one dataset; got "
@@ -263,18 +266,23 @@ class Mixture(torch.utils.data.Dataset):
             )
         self.seed = rng.check_counter(seed, "seed", where)
         if not isinstance(reseed_global_rng, bool):
-            raise TypeError(f"{where}: reseed_global_rng must be a bool; got {reseed_global_rng!r}")
+            raise TypeError(
+                f"{where}: reseed_global_rng must be a bool; got {reseed_global_rng!r}; pass "
+                f"the loader's value (True by default)"
+            )
         self.reseed_global_rng = reseed_global_rng
         if order not in ("feistel", "shards", "sequential"):
             raise ValueError(
-                f"{where}: order must be 'feistel', 'shards' or 'sequential'; got {order!r}"
+                f"{where}: order must be 'feistel', 'shards' or 'sequential'; got {order!r}; "
+                f"use 'shards' to keep tar shards' shard-local order"
             )
         self.datasets = list(datasets)
         self.sizes = [_source_length(d, k) for k, d in enumerate(self.datasets)]
         ids = list(range(len(datasets))) if source_ids is None else list(source_ids)
         if len(ids) != len(datasets) or len(set(ids)) != len(ids):
             raise ValueError(
-                f"{where}: source_ids must be {len(datasets)} distinct ints; got {source_ids!r}"
+                f"{where}: source_ids must be {len(datasets)} distinct ints, one per dataset; "
+                f"got {source_ids!r}; pass e.g. source_ids=[0, 1] or leave it unset"
             )
         self.source_ids = [rng.check_counter(i, "source id", where) for i in ids]
         self._a = _integer_weights(weights)
@@ -282,7 +290,10 @@ class Mixture(torch.utils.data.Dataset):
         total = sum(self.sizes) if length is None else length
         self.length = rng.check_counter(total, "length", where)
         if self.length < 1:
-            raise ValueError(f"{where}: length must be >= 1; got {length}")
+            raise ValueError(
+                f"{where}: length must be >= 1; got {length}; pass the samples per mixture "
+                f"epoch, or leave it unset for the sources' total"
+            )
         self.order = order
         self.source_seeds = [
             rng.derive_key(self.seed, _MIX_TAG, i, words=1)[0] for i in self.source_ids
@@ -306,7 +317,7 @@ class Mixture(torch.utils.data.Dataset):
 
     @property
     def bound(self) -> float:
-        """Over every prefix of the stream, ``|count_k - weight_k * length| <= bound``: the
+        """Over every prefix ``p`` of the stream, ``|count_k(p) - weight_k * p| <= bound``: the
         exact bound of this tree, rounded up to a float."""
         return max(self._tree.bounds)
 
