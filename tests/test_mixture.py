@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seekdata
-from seekdata import mixture
+from seekdata import _mixtree
 from seekdata.testing import assert_exact_resume
 from seekdata.wds import TarShards
 from tests.test_wds import write_shards
@@ -193,11 +193,11 @@ def test_a_samples_randomness_does_not_depend_on_the_mix() -> None:
     assert draws(other, 0)[(0, 0)][1] != one[(0, 0)][1]  # the seed does key it
 
 
-@pytest.mark.parametrize("workers, resume_workers", [(0, 2), (2, 0)])
-def test_exact_resume_at_every_step(workers: int, resume_workers: int) -> None:
+@pytest.mark.parametrize("workers, resume_workers, window", [(0, 2, 0), (2, 0, 0), (2, 0, 5)])
+def test_exact_resume_at_every_step(workers: int, resume_workers: int, window: int) -> None:
     def make(num_workers: int = workers) -> seekdata.StatefulDataLoader:
         return seekdata.StatefulDataLoader(
-            mix3(length=17), batch_size=3, num_workers=num_workers, seed=4
+            mix3(length=17, window=window), batch_size=3, num_workers=num_workers, seed=4
         )
 
     checked = assert_exact_resume(make, epochs=2, resume_kwargs={"num_workers": resume_workers})
@@ -322,9 +322,9 @@ def test_scalar_fast_paths_equal_the_vectorised_ones(n: int, seed: int, epoch: i
     order and global-RNG seeds exactly, or mixtures would disagree with the rest."""
     x %= n
     want = seekdata.order.Feistel(n, seed).indices(epoch, np.array([x]))[0]
-    assert mixture._feistel(n, seed, epoch, x) == want
+    assert _mixtree.feistel(n, seed, epoch, x) == want
     want_seeds = seekdata.rng.global_seeds(seed, epoch, np.array([x])).tolist()[0]
-    assert mixture._global_seeds(seed, epoch, x) == want_seeds
+    assert _mixtree.global_seeds(seed, epoch, x) == want_seeds
 
 
 @pytest.mark.parametrize("reseed", [True, False])
@@ -391,3 +391,34 @@ def test_each_source_walks_its_own_permuted_epochs(sizes: list[int], data: Any) 
         order = seekdata.order.Feistel(n, mix.source_seeds[k])
         for j, (e, i) in enumerate(seen[k], first[k]):
             assert e == j // n and i == order.indices(e, np.array([j % n]))[0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(weights=weights_st, window=st.integers(2, 40), start=st.sampled_from([0, 10**12]))
+def test_a_window_keeps_its_looser_bound(weights: list[Any], window: int, start: int) -> None:
+    """With window=B every prefix stays within 3 * bound_k + B * weight_k, the counts are the
+    tree's exactly at window ends, and counts() agrees with a walk of locate()."""
+    mix = seekdata.Mixture([range(4)] * len(weights), weights, window=window, length=1)
+    plain = seekdata.Mixture([range(4)] * len(weights), weights, length=1)
+    start -= start % window
+    counts = mix.counts(start)
+    assert counts == plain.counts(start)
+    for p in range(start, start + 3 * window + 1):
+        for k, w in enumerate(mix.weights):
+            assert abs(counts[k] - w * p) <= mix.bound
+        if p % window == 0:
+            assert counts == plain.counts(p)
+        if p % 7 == 0:
+            assert counts == mix.counts(p)
+        counts[mix.locate(p, 0)[0]] += 1
+
+
+def test_a_window_stops_ranks_from_seeing_one_source_each() -> None:
+    """Weights 1:1 repeat the pattern A B A B: on 2 ranks, rank 0 would only ever see A.
+    A window shuffles positions within each 16, so every rank sees both sources, while each
+    16 positions still hold exactly 8 of each."""
+    for window, both in ((0, False), (16, True)):
+        mix = seekdata.Mixture([range(50), range(50)], [1, 1], length=64, window=window)
+        per_rank = [{mix.locate(p)[0] for p in range(r, 64, 2)} for r in range(2)]
+        assert all(len(s) == 2 for s in per_rank) is both
+        assert mix.counts(16) == [8, 8] and mix.counts(48) == [24, 24]

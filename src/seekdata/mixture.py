@@ -36,11 +36,13 @@ import numpy as np
 import torch.utils.data
 
 from seekdata import rng
+from seekdata._mixtree import Tree, feistel, global_seeds, up
 from seekdata.order import Feistel, Order, make_order
 
 __all__ = ["Mixture"]
 
 _MIX_TAG = 0x4D495854  # "MIXT": per-source seeds are derive_key(seed, _MIX_TAG, source id)
+_WINDOW_TAG = 0x57494E44  # "WIND": the window shuffle's seed is derive_key(seed, _MIX_TAG, this)
 
 
 def _fraction(value: Any, k: int) -> Fraction:
@@ -76,142 +78,6 @@ def _integer_weights(weights: Sequence[Any]) -> list[int]:
     return [a // g for a in ints]
 
 
-_M64 = (1 << 64) - 1
-_ROUNDS = 8  # as seekdata.order's Feistel
-
-
-def _mix64(x: int) -> int:
-    """``seekdata.rng._mix64`` (splitmix64's finaliser) on one Python int."""
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & _M64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
-def _feistel(n: int, seed: int, epoch: int, x: int) -> int:
-    """``seekdata.order.Feistel(n, seed).indices(epoch, [x])[0]`` for one position, in pure
-    Python: ~5 µs instead of numpy's ~150 µs on a one-element array (tested equal)."""
-    if n == 1:
-        return 0
-    keys = rng._key_cached(seed, (rng.ORDER, epoch), _ROUNDS)
-    bits = max((n - 1).bit_length(), 2)
-    b = bits - (bits >> 1)
-    mask_a, mask_b = (1 << (bits - b)) - 1, (1 << b) - 1
-    rounds = [(key, i % 2 == 0) for i, key in enumerate(keys)]
-    m1, m2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-    while True:  # cycle walking: the domain is < 2n
-        left, right = x >> b, x & mask_b
-        for key, even in rounds:  # _mix64 inlined: this loop is the per-sample cost
-            v = (right if even else left) ^ key
-            v ^= v >> 30
-            v = (v * m1) & _M64
-            v ^= v >> 27
-            v = (v * m2) & _M64
-            v ^= v >> 31
-            if even:
-                left ^= v & mask_a
-            else:
-                right ^= v & mask_b
-        x = (left << b) | right
-        if x < n:
-            return x
-
-
-def _global_seeds(seed: int, epoch: int, index: int) -> list[int]:
-    """``seekdata.rng.global_seeds(seed, epoch, [index])[0]`` for one index (tested equal)."""
-    key = rng._key_cached(seed, (rng.SAMPLE, epoch), 4)
-    h = _mix64(_mix64(index ^ key[0]) ^ key[1])
-    return [h & 0xFFFFFFFF, h >> 32, h ^ key[2]]
-
-
-def _up(value: Fraction) -> float:
-    """The smallest float >= ``value`` (exact when ``value`` is a float)."""
-    f = float(value)
-    return f if Fraction(f) >= value else math.nextafter(f, math.inf)
-
-
-class _Tree:
-    """The weight-balanced split tree. Internal node j sends ``round(m * a_left / a_sum)`` of
-    the first m positions it receives to its left child. Children are node ids (>= 0) or
-    leaves (``-1 - source``)."""
-
-    def __init__(self, a: list[int]) -> None:
-        self.left: list[int] = []
-        self.right: list[int] = []
-        self.a_left: list[int] = []
-        self.a_sum: list[int] = []
-        self._cuts: list[int] = []
-        self.bounds = [0.0] * len(a)
-        # (sources sorted by weight, their node's error bound, parent node, is the left child)
-        stack = [(sorted(range(len(a)), key=lambda k: (-a[k], k)), 0.0, -1, True)]
-        while stack:  # iterative: geometric weights make a chain as deep as K
-            ks, bound, parent, is_left = stack.pop()
-            node = self._split(ks, a) if len(ks) > 1 else -1 - ks[0]
-            if parent >= 0:
-                (self.left if is_left else self.right)[parent] = node
-            if node < 0:
-                self.bounds[ks[0]] = bound
-                continue
-            cut, total, a_left = self._cuts[node], self.a_sum[node], self.a_left[node]
-            for part, weight, left in ((ks[:cut], a_left, True), (ks[cut:], total - a_left, False)):
-                # a child's error: its own rounding (<= 1/2) plus its share of the parent's
-                share = _up(Fraction(weight, total))
-                stack.append(
-                    (part, _up(Fraction(1, 2) + Fraction(share) * Fraction(bound)), node, left)
-                )
-        del self._cuts
-
-    def _split(self, ks: list[int], a: list[int]) -> int:
-        """A node for sources ``ks`` (sorted by weight, descending), split where the two
-        halves' weights are closest; returns its id."""
-        total = sum(a[k] for k in ks)
-        best, cut, acc = total + 1, 1, 0
-        for i in range(1, len(ks)):
-            acc += a[ks[i - 1]]
-            if abs(2 * acc - total) < best:
-                best, cut = abs(2 * acc - total), i
-        self.left.append(0)
-        self.right.append(0)
-        self.a_left.append(sum(a[k] for k in ks[:cut]))
-        self.a_sum.append(total)
-        self._cuts.append(cut)
-        return len(self.left) - 1
-
-    def locate(self, position: int) -> tuple[int, int]:
-        """(source, positions the source received before ``position``): O(depth)."""
-        if not self.left:
-            return 0, position
-        node, m = 0, position
-        left, right, a_left, a_sum = self.left, self.right, self.a_left, self.a_sum
-        while node >= 0:
-            al, s = a_left[node], a_sum[node]
-            before = (2 * m * al + s) // (2 * s)  # round(m * al / s), halves up
-            if (2 * (m + 1) * al + s) // (2 * s) > before:
-                m, node = before, left[node]
-            else:
-                m, node = m - before, right[node]
-        return -1 - node, m
-
-    def counts(self, position: int) -> list[int]:
-        """Positions each source received before ``position``: O(K)."""
-        out = [0] * len(self.bounds)
-        if not self.left:
-            out[0] = position
-            return out
-        stack = [(0, position)]
-        while stack:
-            node, m = stack.pop()
-            if node < 0:
-                out[-1 - node] = m
-                continue
-            al, s = self.a_left[node], self.a_sum[node]
-            before = (2 * m * al + s) // (2 * s)
-            stack.append((self.left[node], before))
-            stack.append((self.right[node], m - before))
-        return out
-
-
 class Mixture(torch.utils.data.Dataset):
     """K map-style datasets interleaved by weight, seekable in O(log K) at any position.
 
@@ -229,6 +95,9 @@ class Mixture(torch.utils.data.Dataset):
         reseed_global_rng: reseed torch/numpy/``random`` global RNG from the sample's key
             around each fetch, as :class:`seekdata.StatefulDataLoader` does; give both the
             same value (a loader that does not reseed does not restore the caller's RNG).
+        window: shuffle the stream within consecutive windows of this many positions (0:
+            off). Breaks the fixed source pattern (see docs/mixtures.md: DDP ranks) at the cost
+            of a looser :attr:`bound` inside a window.
 
     The mixture shuffles itself: iterate it in sequential order (``StatefulDataLoader``'s
     default, or ``DistributedSampler(mixture, shuffle=False)``); ``shuffle=True`` raises.
@@ -248,6 +117,7 @@ class Mixture(torch.utils.data.Dataset):
         order: str = "feistel",
         source_ids: Sequence[int] | None = None,
         reseed_global_rng: bool = True,
+        window: int = 0,
     ) -> None:
         where = "Mixture"
         if not isinstance(datasets, Sequence) or isinstance(datasets, str | bytes):
@@ -286,7 +156,7 @@ class Mixture(torch.utils.data.Dataset):
             )
         self.source_ids = [rng.check_counter(i, "source id", where) for i in ids]
         self._a = _integer_weights(weights)
-        self._tree = _Tree(self._a)
+        self._tree = Tree(self._a)
         total = sum(self.sizes) if length is None else length
         self.length = rng.check_counter(total, "length", where)
         if self.length < 1:
@@ -299,6 +169,8 @@ class Mixture(torch.utils.data.Dataset):
             rng.derive_key(self.seed, _MIX_TAG, i, words=1)[0] for i in self.source_ids
         ]
         self._orders = [self._make_order(k) for k in range(len(self.datasets))]
+        self.window = rng.check_counter(window, "window", where)
+        self._window_seed = rng.derive_key(self.seed, _MIX_TAG, _WINDOW_TAG, words=1)[0]
         self.epoch = 0
 
     def _make_order(self, k: int) -> Order:
@@ -318,8 +190,23 @@ class Mixture(torch.utils.data.Dataset):
     @property
     def bound(self) -> float:
         """Over every prefix ``p`` of the stream, ``|count_k(p) - weight_k * p| <= bound``: the
-        exact bound of this tree, rounded up to a float."""
-        return max(self._tree.bounds)
+        exact bound of this tree, rounded up to a float. With a ``window`` of B positions,
+        ``3 * bound_k + B * weight_k`` (exact at window ends, a window's share inside one)."""
+        if self.window <= 1:
+            return max(self._tree.bounds)
+        total = sum(self._a)
+        return max(
+            up(3 * Fraction(b) + Fraction(self.window * a, total))
+            for b, a in zip(self._tree.bounds, self._a, strict=True)
+        )
+
+    def _shuffled(self, stream: int) -> int:
+        """The tree position that stream position ``stream`` shows: with a ``window``, the
+        positions of each window are permuted (keyed by the seed and the window's index)."""
+        if self.window <= 1:
+            return stream
+        j, s = divmod(stream, self.window)
+        return j * self.window + feistel(self.window, self._window_seed, j, s)
 
     def _stream_position(self, position: int, epoch: int | None, where: str) -> int:
         position = rng.check_counter(position, "position", where)
@@ -330,17 +217,24 @@ class Mixture(torch.utils.data.Dataset):
         """``(source, source_epoch, index)`` at ``position`` of ``epoch`` (default: the current
         one). ``position`` may pass ``len(self)``: it then continues into later epochs."""
         stream = self._stream_position(position, epoch, "Mixture.locate")
-        k, q = self._tree.locate(stream)
+        k, q = self._tree.locate(self._shuffled(stream))
         n = self.sizes[k]
         source_epoch = q // n
         order = self._orders[k]
         if isinstance(order, Feistel):
-            return k, source_epoch, _feistel(n, order.seed, source_epoch, q % n)
+            return k, source_epoch, feistel(n, order.seed, source_epoch, q % n)
         return k, source_epoch, int(order.indices(source_epoch, np.array([q % n]))[0])
 
     def counts(self, position: int, epoch: int | None = None) -> list[int]:
         """How many of the stream's positions before (``epoch``, ``position``) each source got."""
-        return self._tree.counts(self._stream_position(position, epoch, "Mixture.counts"))
+        stream = self._stream_position(position, epoch, "Mixture.counts")
+        if self.window <= 1:
+            return self._tree.counts(stream)
+        start = stream - stream % self.window  # exact at the window's start, then O(window)
+        out = self._tree.counts(start)
+        for t in range(start, stream):
+            out[self._tree.locate(self._shuffled(t))[0]] += 1
+        return out
 
     def sample_generator(self, source: int, source_epoch: int, index: int) -> np.random.Generator:
         """The stream :func:`seekdata.sample_rng` gives that sample: to reproduce it elsewhere."""
@@ -364,7 +258,7 @@ class Mixture(torch.utils.data.Dataset):
         in_fetch = fetch.index >= 0  # a seekdata loader is fetching: its epoch is ours
         k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
         seed = self.source_seeds[k]
-        seeds = _global_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
+        seeds = global_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
         # in the main process outside a loader, put the caller's global RNG back afterwards;
         # inside a seekdata loader that reseeds, the loader does it once per batch
         in_main = torch.utils.data.get_worker_info() is None

@@ -72,6 +72,8 @@ def mixture_golden() -> dict:
         out[f"epoch {epoch}"] = [list(mix.locate(p, epoch)) for p in range(30)]
     out["far"] = {str(p): list(mix.locate(p)) for p in (10**6, 10**9, 10**12)}
     out["bound"] = mix.bound
+    windowed = seekdata.Mixture([range(5), range(7)], [2, 1], length=24, seed=7, window=6)
+    out["window 6"] = [list(windowed.locate(p, 1)) for p in range(24)]
     return out
 
 
