@@ -43,12 +43,18 @@ def mixture(k: int, n: int = 1000, length: int | None = None, **kw: Any) -> seek
 def seek_rows(quick: bool) -> list[dict[str, Any]]:
     rows = []
     exponents = (6, 8, 10, 12)
-    for k in (2, 16, 1000):
-        mix = mixture(k, length=2 * 10**12)
+    for k, window in ((2, 0), (16, 0), (16, 64), (1000, 0)):
+        mix = mixture(k, length=2 * 10**12, window=window)
         for e in exponents:
             p = 10**e
             per = [H.best_of(lambda q=p + j, m=mix: m.locate(q), repeat=3) for j in range(20)]
-            rows.append({"K": k, "p": f"1e{e}", "locate (us)": 1e6 * statistics.median(per)})
+            rows.append(
+                {
+                    "K": k if not window else f"{k}, window {window}",
+                    "p": f"1e{e}",
+                    "locate (us)": 1e6 * statistics.median(per),
+                }
+            )
     for e in exponents:  # the loader: sampler.seek(p) -> first batch of 32, K = 16
         mix = mixture(16, length=2 * 10**12)
         sampler = seekdata.DistributedSampler(mix, 1, 0, shuffle=False)
