@@ -11,6 +11,7 @@ from seekdata import rng as rng
 from seekdata import testing as testing
 from seekdata import transforms as transforms
 from seekdata.loader import StatefulDataLoader
+from seekdata.mixture import Mixture
 from seekdata.preemption import PreemptionHandler
 from seekdata.rng import numpy_generator, sample_generator, sample_rng, torch_generator
 from seekdata.sampler import DistributedSampler
@@ -21,6 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DistributedSampler",
+    "Mixture",
     "PreemptionHandler",
     "StateMismatchError",
     "StatefulDataLoader",

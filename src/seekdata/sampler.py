@@ -79,6 +79,11 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.drop_last = _check_bool(drop_last, "drop_last", where)
         self.seed = check_counter(seed, "seed", where)
         self._order_arg = order
+        if self.shuffle and getattr(dataset, "shuffles_itself", False):  # e.g. seekdata.Mixture
+            raise ValueError(
+                f"{where}: {type(dataset).__name__} orders its own positions, so shuffle must be "
+                f"False (shuffling them again loses its per-prefix weight bound); got shuffle=True"
+            )
         self.order: Order = make_order(
             order, self.n, self.seed, shuffle=self.shuffle, dataset=dataset
         )

@@ -60,7 +60,25 @@ def order_golden() -> dict:
     return out
 
 
+def mixture_golden() -> dict:
+    """(source, source epoch, index) at the first positions of two epochs and at far ones."""
+    from fractions import Fraction
+
+    mix = seekdata.Mixture(
+        [range(5), range(7), range(40)], [Fraction(1, 2), Fraction(1, 3), 0.2], length=30, seed=7
+    )
+    out = {}
+    for epoch in (0, 1):
+        out[f"epoch {epoch}"] = [list(mix.locate(p, epoch)) for p in range(30)]
+    out["far"] = {str(p): list(mix.locate(p)) for p in (10**6, 10**9, 10**12)}
+    out["bound"] = mix.bound
+    windowed = seekdata.Mixture([range(5), range(7)], [2, 1], length=24, seed=7, window=6)
+    out["window 6"] = [list(windowed.locate(p, 1)) for p in range(24)]
+    return out
+
+
 if __name__ == "__main__":
     (HERE / "rng.json").write_text(json.dumps(rng_golden(), indent=1) + "\n")
     (HERE / "orders.json").write_text(json.dumps(order_golden(), indent=1) + "\n")
-    print("wrote", HERE / "rng.json", HERE / "orders.json")
+    (HERE / "mixture.json").write_text(json.dumps(mixture_golden(), indent=1) + "\n")
+    print("wrote", HERE / "rng.json", HERE / "orders.json", HERE / "mixture.json")

@@ -1,0 +1,299 @@
+"""Seekable weighted mixtures: which source, and which of its samples, sits at a position.
+
+A :class:`Mixture` of K map-style sources with weights is itself a map-style dataset. Position
+``p`` of mixture epoch ``e`` is position ``P = e * len(mixture) + p`` of one endless stream, and
+everything about ``P`` is a pure function of counters, computed in O(log K) time from O(K)
+tables:
+
+1. **Which source.** The weights are exact rationals ``a_k / A``. A binary tree over the
+   sources (built once, weight-balanced) splits the stream: a node that has received ``m``
+   positions has sent ``round(m * a_left / a_node)`` of them left. Walking the tree with exact
+   integer arithmetic gives the source of ``P`` *and* how many positions that source received
+   before ``P`` (its own stream position ``q``), for any ``P`` (1e12 included), with no table
+   of positions and no replay.
+2. **Which sample.** Source k walks its own epochs: ``source_epoch = q // n_k``, and the sample
+   is ``order_k(source_epoch, q % n_k)``, a seekable order (Feistel, or the shard-local order
+   for tar shards) keyed by the source's seed. A small source repeats, reshuffled each time; a
+   large one simply continues in the next mixture epoch.
+3. **Its randomness.** The sample is fetched under the key (source seed, source epoch, index),
+   where the source seed is hashed from (seed, source id): global RNG and
+   :func:`seekdata.sample_rng` see the same numbers whatever else is in the mixture.
+
+The bound: over every prefix of the stream, each source's count stays within
+:attr:`Mixture.bound` of ``weight * p`` (1/2 for two sources, below 1 for three, below 2 for
+any weights; docs/mixtures.md). The source pattern is the same every epoch; samples are shuffled.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence, Sized
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from seekdata import rng
+from seekdata._mixtree import Tree, feistel, global_seeds, up
+from seekdata.order import Feistel, Order, make_order
+
+__all__ = ["Mixture"]
+
+_MIX_TAG = 0x4D495854  # "MIXT": per-source seeds are derive_key(seed, _MIX_TAG, source id)
+_WINDOW_TAG = 0x57494E44  # "WIND": the window shuffle's seed is derive_key(seed, _MIX_TAG, this)
+
+
+def _fraction(value: Any, k: int) -> Fraction:
+    where = "Mixture"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{where}: weights must be real numbers (int, float, Fraction); weight {k} is "
+            f"{type(value).__name__} {value!r}; pass e.g. weights=[0.7, 0.3] or [7, 3]"
+        )
+    if isinstance(value, numbers.Rational):
+        frac = Fraction(int(value.numerator), int(value.denominator))
+    else:
+        f = float(value)
+        if not math.isfinite(f):
+            raise ValueError(
+                f"{where}: weights must be finite; weight {k} is {f}; pass a positive number"
+            )
+        frac = Fraction(str(f))  # the shortest decimal that reads back as f: 0.3 is 3/10
+    if frac <= 0:
+        raise ValueError(
+            f"{where}: weights must be > 0; weight {k} is {value!r}; drop the source instead "
+            f"of giving it weight 0"
+        )
+    return frac
+
+
+def _integer_weights(weights: Sequence[Any]) -> list[int]:
+    """The weights as coprime positive integers with the same ratios (exact)."""
+    fracs = [_fraction(w, k) for k, w in enumerate(weights)]
+    denominator = math.lcm(*(f.denominator for f in fracs))
+    ints = [int(f * denominator) for f in fracs]
+    g = math.gcd(*ints)
+    return [a // g for a in ints]
+
+
+class Mixture(torch.utils.data.Dataset):
+    """K map-style datasets interleaved by weight, seekable in O(log K) at any position.
+
+    Args:
+        datasets: the sources: map-style datasets (``__len__`` and ``__getitem__``), e.g.
+            :class:`seekdata.wds.TarShards`, any mix.
+        weights: one positive weight per source (int, float or Fraction; floats are read as
+            their shortest decimal, so 0.3 is exactly 3/10). Only the ratios matter.
+        length: samples per mixture epoch (``len(mixture)``); default: the sources' total.
+        seed: keys the sources' orders and their samples' randomness.
+        order: each source's order: ``"feistel"`` (default), ``"shards"`` (shard-local for
+            sources with ``shard_sizes``, Feistel for the others) or ``"sequential"``.
+        source_ids: the ids that key each source's seed; default ``0 .. K-1``. Give a source
+            the same id in two mixtures and its samples get the same randomness in both.
+        reseed_global_rng: reseed torch/numpy/``random`` global RNG from the sample's key
+            around each fetch, as :class:`seekdata.StatefulDataLoader` does; give both the
+            same value (a loader that does not reseed does not restore the caller's RNG).
+        window: shuffle the stream within consecutive windows of this many positions (0:
+            off). Breaks the fixed source pattern (see docs/mixtures.md: DDP ranks) at the cost
+            of a looser :attr:`bound` inside a window.
+
+    The mixture shuffles itself: iterate it in sequential order (``StatefulDataLoader``'s
+    default, or ``DistributedSampler(mixture, shuffle=False)``); ``shuffle=True`` raises.
+    Inside a seekdata loader the mixture epoch is the loader's; elsewhere, :meth:`set_epoch`.
+    """
+
+    #: Read by :class:`seekdata.DistributedSampler`: shuffling positions again is refused.
+    shuffles_itself = True
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        weights: Sequence[Any],
+        *,
+        length: int | None = None,
+        seed: int = 0,
+        order: str = "feistel",
+        source_ids: Sequence[int] | None = None,
+        reseed_global_rng: bool = True,
+        window: int = 0,
+    ) -> None:
+        where = "Mixture"
+        if not isinstance(datasets, Sequence) or isinstance(datasets, str | bytes):
+            raise TypeError(
+                f"{where}: datasets must be a list of map-style datasets; got "
+                f"{type(datasets).__name__}; pass e.g. [web, code]"
+            )
+        if not isinstance(weights, Sequence) or isinstance(weights, str | bytes):
+            raise TypeError(
+                f"{where}: weights must be a list of numbers; got {weights!r}; pass e.g. [0.7, 0.3]"
+            )
+        if len(datasets) == 0 or len(weights) != len(datasets):
+            raise ValueError(
+                f"{where}: one weight per dataset and at least one dataset; got "
+                f"{len(datasets)} datasets and {len(weights)} weights"
+            )
+        self.seed = rng.check_counter(seed, "seed", where)
+        if not isinstance(reseed_global_rng, bool):
+            raise TypeError(
+                f"{where}: reseed_global_rng must be a bool; got {reseed_global_rng!r}; pass "
+                f"the loader's value (True by default)"
+            )
+        self.reseed_global_rng = reseed_global_rng
+        if order not in ("feistel", "shards", "sequential"):
+            raise ValueError(
+                f"{where}: order must be 'feistel', 'shards' or 'sequential'; got {order!r}; "
+                f"use 'shards' to keep tar shards' shard-local order"
+            )
+        self.datasets = list(datasets)
+        self.sizes = [_source_length(d, k) for k, d in enumerate(self.datasets)]
+        ids = list(range(len(datasets))) if source_ids is None else list(source_ids)
+        if len(ids) != len(datasets) or len(set(ids)) != len(ids):
+            raise ValueError(
+                f"{where}: source_ids must be {len(datasets)} distinct ints, one per dataset; "
+                f"got {source_ids!r}; pass e.g. source_ids=[0, 1] or leave it unset"
+            )
+        self.source_ids = [rng.check_counter(i, "source id", where) for i in ids]
+        self._a = _integer_weights(weights)
+        self._tree = Tree(self._a)
+        total = sum(self.sizes) if length is None else length
+        self.length = rng.check_counter(total, "length", where)
+        if self.length < 1:
+            raise ValueError(
+                f"{where}: length must be >= 1; got {length}; pass the samples per mixture "
+                f"epoch, or leave it unset for the sources' total"
+            )
+        self.order = order
+        self.source_seeds = [
+            rng.derive_key(self.seed, _MIX_TAG, i, words=1)[0] for i in self.source_ids
+        ]
+        self._orders = [self._make_order(k) for k in range(len(self.datasets))]
+        self.window = rng.check_counter(window, "window", where)
+        self._window_seed = rng.derive_key(self.seed, _MIX_TAG, _WINDOW_TAG, words=1)[0]
+        self.epoch = 0
+
+    def _make_order(self, k: int) -> Order:
+        n, seed, ds = self.sizes[k], self.source_seeds[k], self.datasets[k]
+        if self.order == "shards" and getattr(ds, "shard_sizes", None) is None:
+            return Feistel(n, seed)
+        return make_order(self.order, n, seed, dataset=ds)
+
+    # --- the pure maps --------------------------------------------------------------------------
+
+    @property
+    def weights(self) -> tuple[Fraction, ...]:
+        """The normalised weights, exact: each source's share of the stream."""
+        total = sum(self._a)
+        return tuple(Fraction(a, total) for a in self._a)
+
+    @property
+    def bound(self) -> float:
+        """Over every prefix ``p`` of the stream, ``|count_k(p) - weight_k * p| <= bound``: the
+        exact bound of this tree, rounded up to a float. With a ``window`` of B positions,
+        ``3 * bound_k + B * weight_k`` (exact at window ends, a window's share inside one)."""
+        if self.window <= 1:
+            return max(self._tree.bounds)
+        total = sum(self._a)
+        return max(
+            up(3 * Fraction(b) + Fraction(self.window * a, total))
+            for b, a in zip(self._tree.bounds, self._a, strict=True)
+        )
+
+    def _shuffled(self, stream: int) -> int:
+        """The tree position that stream position ``stream`` shows: with a ``window``, the
+        positions of each window are permuted (keyed by the seed and the window's index)."""
+        if self.window <= 1:
+            return stream
+        j, s = divmod(stream, self.window)
+        return j * self.window + feistel(self.window, self._window_seed, j, s)
+
+    def _stream_position(self, position: int, epoch: int | None, where: str) -> int:
+        position = rng.check_counter(position, "position", where)
+        epoch = self.epoch if epoch is None else rng.check_counter(epoch, "epoch", where)
+        return epoch * self.length + position
+
+    def locate(self, position: int, epoch: int | None = None) -> tuple[int, int, int]:
+        """``(source, source_epoch, index)`` at ``position`` of ``epoch`` (default: the current
+        one). ``position`` may pass ``len(self)``: it then continues into later epochs."""
+        stream = self._stream_position(position, epoch, "Mixture.locate")
+        k, q = self._tree.locate(self._shuffled(stream))
+        n = self.sizes[k]
+        source_epoch = q // n
+        order = self._orders[k]
+        if isinstance(order, Feistel):
+            return k, source_epoch, feistel(n, order.seed, source_epoch, q % n)
+        return k, source_epoch, int(order.indices(source_epoch, np.array([q % n]))[0])
+
+    def counts(self, position: int, epoch: int | None = None) -> list[int]:
+        """How many of the stream's positions before (``epoch``, ``position``) each source got."""
+        stream = self._stream_position(position, epoch, "Mixture.counts")
+        if self.window <= 1:
+            return self._tree.counts(stream)
+        start = stream - stream % self.window  # exact at the window's start, then O(window)
+        out = self._tree.counts(start)
+        for t in range(start, stream):
+            out[self._tree.locate(self._shuffled(t))[0]] += 1
+        return out
+
+    def sample_generator(self, source: int, source_epoch: int, index: int) -> np.random.Generator:
+        """The stream :func:`seekdata.sample_rng` gives that sample: to reproduce it elsewhere."""
+        return rng.sample_generator(self.source_seeds[source], source_epoch, index)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The mixture epoch used outside a seekdata loader (inside one, the loader's)."""
+        self.epoch = rng.check_counter(epoch, "epoch", "Mixture.set_epoch")
+
+    # --- Dataset --------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, position: int) -> Any:
+        if isinstance(position, bool) or not isinstance(position, int | np.integer):
+            raise TypeError(f"Mixture: index must be an int; got {type(position).__name__}")
+        if not 0 <= position < self.length:
+            raise IndexError(f"Mixture: index must be in [0, {self.length}); got {position}")
+        fetch = rng._fetch
+        in_fetch = fetch.index >= 0  # a seekdata loader is fetching: its epoch is ours
+        k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
+        seed = self.source_seeds[k]
+        seeds = global_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
+        # in the main process outside a loader, put the caller's global RNG back afterwards;
+        # inside a seekdata loader that reseeds, the loader does it once per batch
+        in_main = torch.utils.data.get_worker_info() is None
+        saved = rng.capture_globals() if seeds is not None and in_main and not in_fetch else None
+        outer = (fetch.seed, fetch.epoch, fetch.index, fetch.fresh)
+        rng.enter_sample(seed, source_epoch, index, seeds)
+        try:
+            return self.datasets[k][index]
+        finally:
+            fetch.seed, fetch.epoch, fetch.index, fetch.fresh = outer
+            if saved is not None:  # the main process: its global RNG as it was
+                rng.restore_globals(saved)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{type(d).__name__}(n={n}) x {float(w):.4g}"
+            for d, n, w in zip(self.datasets, self.sizes, self.weights, strict=True)
+        )
+        return f"Mixture([{parts}], length={self.length}, seed={self.seed})"
+
+
+def _source_length(dataset: Any, k: int) -> int:
+    where = "Mixture"
+    if isinstance(dataset, torch.utils.data.IterableDataset) or not (
+        isinstance(dataset, Sized) and hasattr(dataset, "__getitem__")
+    ):
+        raise TypeError(
+            f"{where}: every source must be map-style (__len__ and __getitem__), because the "
+            f"mixture reads sample i of a source directly; source {k} is "
+            f"{type(dataset).__name__}; wrap shards in seekdata.wds.TarShards"
+        )
+    n = len(dataset)
+    if n < 1:
+        raise ValueError(
+            f"{where}: every source must hold at least 1 sample; source {k} "
+            f"({type(dataset).__name__}) has len 0; drop it or fix its path"
+        )
+    return n
