@@ -239,9 +239,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not torch's iterator class
         if self._iterable is not None:
             return iter(self._iterable)
-        self._plan.begin(self._step)
-        self._step = self._plan.step0
-        it = _LoaderIter(self, iter(self._engine))
+        it = _LoaderIter(self)  # plans the epoch at its first next(), as torch reads the sampler
         self._live = weakref.ref(it)
         return it
 
@@ -340,20 +338,33 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
 
 
 class _LoaderIter:
-    """Wraps the engine's iterator; each batch handed out moves the cursor by one batch."""
+    """Wraps the engine's iterator; each batch handed out moves the cursor by one batch.
 
-    def __init__(self, loader: StatefulDataLoader, engine_iter: Iterator[Any]) -> None:
+    The epoch is planned at the first ``next()``, not at ``iter()``: a ``set_epoch`` between
+    the two applies, as with torch's lazily iterated samplers (Lightning calls ``iter()`` before
+    ``set_epoch`` when it resumes at an epoch's end).
+    """
+
+    def __init__(self, loader: StatefulDataLoader) -> None:
         self._loader = loader
-        self._engine_iter = engine_iter
+        self._engine_iter: Iterator[Any] | None = None
         self._k = 0
         self._done = False
 
     def __iter__(self) -> _LoaderIter:
         return self
 
+    def _start(self) -> Iterator[Any]:
+        loader = self._loader
+        loader._plan.begin(loader._step)
+        loader._step = loader._plan.step0
+        self._engine_iter = iter(loader._engine)
+        return self._engine_iter
+
     def __next__(self) -> Any:
+        engine_iter = self._engine_iter if self._engine_iter is not None else self._start()
         try:
-            batch = next(self._engine_iter)
+            batch = next(engine_iter)
         except StopIteration:
             self._done = True
             self._loader._plan.consumed(self._k, end=True)
@@ -365,4 +376,6 @@ class _LoaderIter:
         return batch if place is None else place(batch)
 
     def __len__(self) -> int:
+        if self._engine_iter is None:
+            self._start()
         return int(self._loader._plan.num_batches)
