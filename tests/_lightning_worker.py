@@ -36,7 +36,9 @@ class Net(lightning.LightningModule):
         )
         self.losses: list[str] = []
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(
+        self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
+    ) -> torch.Tensor:
         x, y = batch
         loss = (self.net(x).squeeze(-1) - y).square().mean()
         self.losses.append(loss.item().hex())

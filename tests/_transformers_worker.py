@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import ClassVar
 
 import torch
 from transformers import TrainingArguments
@@ -19,10 +20,13 @@ from seekdata.integrations.transformers import Trainer
 
 
 class Noisy(torch.utils.data.Dataset):
+    fetched = 0  # samples loaded in this process (num_workers=0)
+
     def __len__(self) -> int:
         return 24
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        Noisy.fetched += 1
         x = torch.full((4,), i / 24) + 0.1 * torch.randn(4)  # augmentation via global RNG
         return {"x": x, "labels": torch.tensor(float(i % 3))}
 
@@ -30,7 +34,11 @@ class Noisy(torch.utils.data.Dataset):
 class Net(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.a, self.drop, self.b = torch.nn.Linear(4, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 1)
+        self.a, self.drop, self.b = (
+            torch.nn.Linear(4, 16),
+            torch.nn.Dropout(0.5),
+            torch.nn.Linear(16, 1),
+        )
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         out = self.b(self.drop(self.a(x))).squeeze(-1)
@@ -38,7 +46,7 @@ class Net(torch.nn.Module):
 
 
 class Recording(Trainer):
-    losses: list[str] = []
+    losses: ClassVar[list[str]] = []
 
     def training_step(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         loss = super().training_step(*args, **kwargs)
@@ -67,7 +75,7 @@ def main() -> None:
     trainer.train(resume_from_checkpoint=None if checkpoint == "none" else checkpoint)
     params = [v.hex() for p in trainer.model.parameters() for v in p.detach().flatten().tolist()]
     with open(out, "w") as f:
-        json.dump({"losses": trainer.losses, "params": params}, f)
+        json.dump({"losses": trainer.losses, "params": params, "fetched": Noisy.fetched}, f)
 
 
 if __name__ == "__main__":
