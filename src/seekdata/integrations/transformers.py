@@ -149,7 +149,7 @@ class _Batches(torch.utils.data.Dataset):
         self.it: Iterator[Any] | None = None
 
     def __len__(self) -> int:  # the Trainer counts examples with len(dataloader.dataset)
-        return len(self.loader.dataset)
+        return len(self.loader.dataset)  # type: ignore[arg-type]  # map-style: the loader checked
 
     def __getitem__(self, index: int) -> Any:
         return self.__getitems__([index])[0]
