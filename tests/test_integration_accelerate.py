@@ -3,6 +3,7 @@ and every rebuild that would drop its randomness fails loudly."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import seekdata
 from tests._ckpt_launch import gloo_job
 
 accelerate = pytest.importorskip("accelerate")
-integration = pytest.importorskip("seekdata.integrations.accelerate")
+integration = importlib.import_module("seekdata.integrations.accelerate")  # ours: never skipped
 
 
 class Noisy(torch.utils.data.Dataset):
@@ -45,7 +46,10 @@ def accelerator() -> object:
     return accelerate.Accelerator(cpu=True)
 
 
-def test_prepare_hands_the_loader_back_with_its_order_and_randomness(accelerator) -> None:
+@pytest.mark.parametrize("stateful", [False, True])  # accelerate's use_stateful_dataloader
+def test_prepare_hands_the_loader_back_with_its_order_and_randomness(stateful: bool) -> None:
+    config = accelerate.DataLoaderConfiguration(use_stateful_dataloader=stateful)
+    accelerator = accelerate.Accelerator(cpu=True, dataloader_config=config)
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = _loader()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -83,3 +84,11 @@ def test_import_seekdata_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("framework", ["accelerate", "transformers", "lightning"])
+def test_integration_modules_export_a_sorted_all(framework: str) -> None:
+    pytest.importorskip(framework)
+    module = importlib.import_module(f"seekdata.integrations.{framework}")
+    assert list(module.__all__) == sorted(module.__all__)
+    assert all(hasattr(module, name) for name in module.__all__)
