@@ -35,3 +35,38 @@ def test_resume_from_checkpoint_is_bit_identical(
     assert resumed["params"] == full["params"]
     if workers == 0:  # the Trainer's own skip of the first `step` batches read no data
         assert resumed["fetched"] == 4 * (12 - step)
+
+
+def test_the_trainers_skip_reads_no_data_and_checks_the_cursor() -> None:
+    """The Trainer resumes mid-epoch through accelerate's skip_first_batches: on the adapter it
+    skips placeholder numbers, then hands out the loader's batches from its restored cursor."""
+    import accelerate
+    import torch
+
+    import seekdata
+    from seekdata.integrations.transformers import _TrainerLoader
+
+    class Counting(torch.utils.data.Dataset):
+        fetched = 0
+
+        def __len__(self) -> int:
+            return 20
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            Counting.fetched += 1
+            return torch.tensor(i)
+
+    def loader() -> seekdata.StatefulDataLoader:
+        return seekdata.StatefulDataLoader(Counting(), batch_size=4, shuffle=True, seed=1)
+
+    epoch = [b.tolist() for b in loader()]
+    restored = loader()
+    it = iter(restored)
+    next(it), next(it)
+    del it
+    Counting.fetched = 0
+    skipped = accelerate.skip_first_batches(_TrainerLoader(restored), 2)
+    assert [b.tolist() for b in skipped] == epoch[2:]
+    assert Counting.fetched == 3 * 4  # the three batches left, nothing skipped was read
+    with pytest.raises(seekdata.StateMismatchError, match="resumes at batch 3 of the epoch"):
+        list(accelerate.skip_first_batches(_TrainerLoader(loader()), 3))
