@@ -1,8 +1,9 @@
 """A small HF Trainer run for tests/test_integration_transformers.py, in a fresh process.
 
-``python _transformers_worker.py <out.json> <output_dir> <num_workers> <checkpoint|none>``
+``python _transformers_worker.py <out.json> <output_dir> <num_workers> <checkpoint|none> <ga>``
 trains a plain Dropout module with random augmentation in ``__getitem__`` (global RNG) for two
-epochs of 6 steps, saving a checkpoint every 3 steps, through
+epochs of 6 batches (``ga`` batches an optimizer step), saving a checkpoint every 3 optimizer
+steps (every step when ``ga`` > 1), through
 ``seekdata.integrations.transformers.Trainer`` — the one line a Trainer script changes. It
 writes each step's exact loss (float.hex) and the final parameters to ``out.json``.
 """
@@ -55,7 +56,7 @@ class Recording(Trainer):
 
 
 def main() -> None:
-    out, output_dir, workers, checkpoint = sys.argv[1:5]
+    out, output_dir, workers, checkpoint, ga = sys.argv[1:6]
     torch.manual_seed(0)
     args = TrainingArguments(
         output_dir=output_dir,
@@ -63,7 +64,8 @@ def main() -> None:
         num_train_epochs=2,
         learning_rate=0.05,
         save_strategy="steps",
-        save_steps=3,
+        save_steps=3 if ga == "1" else 1,
+        gradient_accumulation_steps=int(ga),
         logging_strategy="no",
         report_to=[],
         use_cpu=True,

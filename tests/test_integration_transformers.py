@@ -3,6 +3,7 @@ fresh process is bit-identical to the uninterrupted run, mid-epoch and at an epo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,25 +17,52 @@ W = "_transformers_worker.py"
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
-    tmp = tmp_path_factory.mktemp("trainer")
-    return run_fresh(W, tmp / "full.json", tmp / "run", 0, "none"), tmp / "run"
+def uninterrupted(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[int], tuple[dict, Path]]:
+    """The uninterrupted run for a gradient accumulation, made once, on first use."""
+    runs: dict[int, tuple[dict, Path]] = {}
+
+    def get(ga: int) -> tuple[dict, Path]:
+        if ga not in runs:
+            tmp = tmp_path_factory.mktemp(f"trainer_ga{ga}")
+            runs[ga] = (run_fresh(W, tmp / "full.json", tmp / "run", 0, "none", ga), tmp / "run")
+        return runs[ga]
+
+    return get
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("step", "workers"), [(3, 0), (6, 2)])  # mid-epoch; an epoch's end
+@pytest.mark.parametrize(
+    ("ga", "checkpoint", "batches_in", "workers"),
+    [
+        (1, 3, 3, 0),  # mid-epoch
+        (1, 6, 6, 2),  # an epoch's end
+        (4, 1, 4, 0),  # gradient accumulation, 6 batches an epoch: mid-epoch, a short last step
+    ],
+)
 def test_resume_from_checkpoint_is_bit_identical(
-    uninterrupted: tuple[dict, Path], tmp_path: Path, step: int, workers: int
+    uninterrupted: Callable[[int], tuple[dict, Path]],
+    tmp_path: Path,
+    ga: int,
+    checkpoint: int,
+    batches_in: int,
+    workers: int,
 ) -> None:
-    full, run = uninterrupted
-    assert len(full["losses"]) == 12  # 2 epochs of 6 steps
+    full, run = uninterrupted(ga)
+    assert len(full["losses"]) == 12  # 2 epochs of 6 batches
     resumed = run_fresh(
-        W, tmp_path / "resumed.json", tmp_path / "out", workers, f"{run}/checkpoint-{step}"
+        W,
+        tmp_path / "resumed.json",
+        tmp_path / "out",
+        workers,
+        f"{run}/checkpoint-{checkpoint}",
+        ga,
     )
-    assert resumed["losses"] == full["losses"][step:]  # every step's loss, exactly
+    assert resumed["losses"] == full["losses"][batches_in:]  # every batch's loss, exactly
     assert resumed["params"] == full["params"]
-    if workers == 0:  # the Trainer's own skip of the first `step` batches read no data
-        assert resumed["fetched"] == 4 * (12 - step)
+    if workers == 0:  # the Trainer's own skip of the batches already trained read no data
+        assert resumed["fetched"] == 4 * (12 - batches_in)
 
 
 def test_the_trainers_skip_reads_no_data_and_checks_the_cursor() -> None:
