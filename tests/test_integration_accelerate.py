@@ -60,12 +60,14 @@ def test_prepare_hands_the_loader_back_with_its_order_and_randomness(stateful: b
     assert [b[0].tolist() for b in batches] != [list(range(i, i + 4)) for i in range(0, 20, 4)]
 
 
-def test_accelerate_skip_first_batches_fails_loudly(accelerator) -> None:
+def test_accelerate_rebuilds_fail_loudly(accelerator) -> None:
     loader = accelerator.prepare(_loader())
-    with pytest.raises(
-        RuntimeError, match=r"seekdata\.integrations\.accelerate\.skip_first_batches"
-    ):
+    recipe = r"seekdata\.integrations\.accelerate\.skip_first_batches"
+    with pytest.raises(RuntimeError, match=recipe):
         list(accelerator.skip_first_batches(loader, 2))
+    shard = accelerate.data_loader.BatchSamplerShard(loader.batch_sampler, 2, 0)
+    with pytest.raises(RuntimeError, match="BatchSamplerShard"):
+        list(shard)  # what prepare would build on 2 processes without the hand-back
 
 
 def test_skip_first_batches_is_a_seek_that_reads_no_skipped_data(accelerator) -> None:
