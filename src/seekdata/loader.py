@@ -7,6 +7,7 @@ only for batches it has handed to the caller. Resume is an O(1) seek: nothing is
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -39,6 +40,39 @@ class _KeyBatches(torch.utils.data.Sampler[BatchKey]):
 
     def __len__(self) -> int:
         return self._loader._plan.num_batches
+
+
+class _BatchIndices(torch.utils.data.BatchSampler):
+    """``loader.batch_sampler`` with torch's meaning: iterating it gives this rank's index lists
+    of the current epoch from the cursor, and ``len()`` is the batches of a full epoch.
+
+    It is a view: iterating it never moves the cursor (only batches the loader hands out do).
+    Frameworks rebuild loaders from it; the rebuilt loader gets the right indices but fetches
+    them without seekdata's per-sample randomness, so accelerate's rebuilds are refused (see
+    :mod:`seekdata.integrations.accelerate`).
+    """
+
+    def __init__(self, loader: StatefulDataLoader, sampler: DistributedSampler) -> None:
+        super().__init__(sampler, loader.batch_size or 1, loader.drop_last)
+        self._loader = weakref.proxy(loader)
+        self._seeker = sampler
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if "accelerate" in sys.modules:  # a rebuild by accelerate would drop the keyed fetch
+            from seekdata.integrations.accelerate import _refuse_rebuild
+
+            _refuse_rebuild(sys._getframe(1))
+        s = self._seeker
+        epoch, start = s.epoch, s.position  # the epoch-end rule of DistributedSampler._begin
+        if start >= s.n and s._exhausted and not s._explicit:
+            epoch, start = epoch + 1, 0
+        plan = SeekPlan(s, self.batch_size, self.drop_last)
+        plan.epoch, plan.start = epoch, (start if s._local_len(start) else s.n)
+        plan.num_batches = plan._batches_from(plan.start)
+        return (list(key.indices) for key in plan.batches())
+
+    def __len__(self) -> int:
+        return int(self._loader._plan.full_len())
 
 
 class StatefulDataLoader(torch.utils.data.DataLoader):
@@ -156,7 +190,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
                     f"batch_sampler={batch_sampler!r}, shuffle={shuffle!r}"
                 )
             self.sampler: Any = None
-            self.batch_sampler: Any = None
+            self._batch_sampler: Any = None
             self.collate_fn = collate_fn or torch.utils.data.default_collate
             self._iterable = IterableEngine(
                 dataset,
@@ -190,7 +224,6 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
             self.sampler = DistributedSampler(dataset, 1, 0, shuffle=shuffle, seed=self.seed)
         else:
             self.sampler = sampler
-        self.batch_sampler = batch_sampler
         if isinstance(self.sampler, DistributedSampler) and batch_sampler is None:
             if self.sampler.n != n:
                 raise ValueError(
@@ -198,8 +231,12 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
                     f"samples but len(dataset) is {n}; build the sampler on this dataset"
                 )
             self._plan = SeekPlan(self.sampler, batch_size or 1, self.drop_last)
+            # torch's rule: batch_size=None means no batch sampler
+            self._batch_sampler = None if batch_size is None else _BatchIndices(self, self.sampler)
         else:
             self._plan = ReplayPlan(sampler, batch_sampler, batch_size, self.drop_last, n, where)
+            # the user's batch sampler, or the torch BatchSampler over the user's sampler
+            self._batch_sampler = None if batch_size is None else self._plan.batches_of
         self._keyed = KeyedDataset(dataset, self.seed, self.reseed_global_rng)
         collate = collate_fn
         if collate is None:
@@ -229,9 +266,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not torch's iterator class
         if self._iterable is not None:
             return iter(self._iterable)
-        self._plan.begin(self._step)
-        self._step = self._plan.step0
-        it = _LoaderIter(self, iter(self._engine))
+        it = _LoaderIter(self)  # plans the epoch at its first next(), as torch reads the sampler
         self._live = weakref.ref(it)
         return it
 
@@ -248,6 +283,32 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
             self._iterable.set_epoch(epoch)
             return
         self._plan.set_epoch(epoch)
+
+    # --- what frameworks read -------------------------------------------------------------------
+
+    @property
+    def batch_sampler(self) -> Any:  # type: ignore[override]  # read-only, as torch guards it
+        """torch's meaning: the batches of indices (None for ``batch_size=None``); read-only."""
+        return self._batch_sampler
+
+    @property
+    def _is_accelerate_prepared(self) -> bool:
+        """Read by ``Accelerator.prepare``; True hands this loader back unrebuilt (see
+        :mod:`seekdata.integrations.accelerate`, which also shards it across processes)."""
+        if self._prepared or "accelerate" not in sys.modules:
+            return self._prepared
+        from seekdata.integrations.accelerate import _adopt
+
+        return _adopt(self, sys._getframe(1))
+
+    @_is_accelerate_prepared.setter
+    def _is_accelerate_prepared(self, value: bool) -> None:  # accelerate marks what it prepared
+        self._prepared = bool(value)
+
+    # accelerate's save_state / load_state save a prepared loader's state_dict() when this is set
+    use_stateful_dataloader = True
+    _place: Callable[[Any], Any] | None = None  # set by accelerate's prepare: batch -> device
+    _prepared = False
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -335,11 +396,16 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
 
 
 class _LoaderIter:
-    """Wraps the engine's iterator; each batch handed out moves the cursor by one batch."""
+    """Wraps the engine's iterator; each batch handed out moves the cursor by one batch.
 
-    def __init__(self, loader: StatefulDataLoader, engine_iter: Iterator[Any]) -> None:
+    The epoch is planned at the first ``next()``, not at ``iter()``: a ``set_epoch`` between
+    the two applies, as with torch's lazily iterated samplers (Lightning calls ``iter()`` before
+    ``set_epoch`` when it resumes at an epoch's end).
+    """
+
+    def __init__(self, loader: StatefulDataLoader) -> None:
         self._loader = loader
-        self._engine_iter = engine_iter
+        self._engine_iter: Iterator[Any] | None = None
         self._k = 0
         self._done = False
         self._stale = False
@@ -352,14 +418,22 @@ class _LoaderIter:
     def __iter__(self) -> _LoaderIter:
         return self
 
+    def _start(self) -> Iterator[Any]:
+        loader = self._loader
+        loader._plan.begin(loader._step)
+        loader._step = loader._plan.step0
+        self._engine_iter = iter(loader._engine)
+        return self._engine_iter
+
     def __next__(self) -> Any:
         if self._stale:
             raise RuntimeError(
                 "StatefulDataLoader: this iterator was created before load_state_dict(), which "
                 "moved the loader to the loaded state; call iter(loader) to continue from it"
             )
+        engine_iter = self._engine_iter if self._engine_iter is not None else self._start()
         try:
-            batch = next(self._engine_iter)
+            batch = next(engine_iter)
         except StopIteration:
             self._done = True
             self._loader._plan.consumed(self._k, end=True)
@@ -367,7 +441,10 @@ class _LoaderIter:
         self._k += 1
         self._loader._step += 1
         self._loader._plan.consumed(self._k)
-        return batch
+        place = self._loader._place
+        return batch if place is None else place(batch)
 
     def __len__(self) -> int:
+        if self._engine_iter is None:
+            self._start()
         return int(self._loader._plan.num_batches)

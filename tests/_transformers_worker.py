@@ -1,0 +1,84 @@
+"""A small HF Trainer run for tests/test_integration_transformers.py, in a fresh process.
+
+``python _transformers_worker.py <out.json> <output_dir> <num_workers> <checkpoint|none> <ga>``
+trains a plain Dropout module with random augmentation in ``__getitem__`` (global RNG) for two
+epochs of 6 batches (``ga`` batches an optimizer step), saving a checkpoint every 3 optimizer
+steps (every step when ``ga`` > 1), through
+``seekdata.integrations.transformers.Trainer`` — the one line a Trainer script changes. It
+writes each step's exact loss (float.hex) and the final parameters to ``out.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import ClassVar
+
+import torch
+from transformers import TrainingArguments
+
+from seekdata.integrations.transformers import Trainer
+
+
+class Noisy(torch.utils.data.Dataset):
+    fetched = 0  # samples loaded in this process (num_workers=0)
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        Noisy.fetched += 1
+        x = torch.full((4,), i / 24) + 0.1 * torch.randn(4)  # augmentation via global RNG
+        return {"x": x, "labels": torch.tensor(float(i % 3))}
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.drop, self.b = (
+            torch.nn.Linear(4, 16),
+            torch.nn.Dropout(0.5),
+            torch.nn.Linear(16, 1),
+        )
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = self.b(self.drop(self.a(x))).squeeze(-1)
+        return {"loss": (out - labels).square().mean()}
+
+
+class Recording(Trainer):
+    losses: ClassVar[list[str]] = []
+
+    def training_step(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        loss = super().training_step(*args, **kwargs)
+        self.losses.append(loss.item().hex())
+        return loss
+
+
+def main() -> None:
+    out, output_dir, workers, checkpoint, ga = sys.argv[1:6]
+    torch.manual_seed(0)
+    args = TrainingArguments(
+        output_dir=output_dir,
+        per_device_train_batch_size=4,
+        num_train_epochs=2,
+        learning_rate=0.05,
+        save_strategy="steps",
+        save_steps=3 if ga == "1" else 1,
+        gradient_accumulation_steps=int(ga),
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=int(workers),
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = Recording(model=Net(), args=args, train_dataset=Noisy())
+    trainer.train(resume_from_checkpoint=None if checkpoint == "none" else checkpoint)
+    params = [v.hex() for p in trainer.model.parameters() for v in p.detach().flatten().tolist()]
+    with open(out, "w") as f:
+        json.dump({"losses": trainer.losses, "params": params, "fetched": Noisy.fetched}, f)
+
+
+if __name__ == "__main__":
+    main()
