@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
-from seekdata import rng
+from seekdata import _globalrng, rng
 from seekdata import state as S
 from seekdata._fetch import BatchKey, Collate, KeyedDataset, WorkerInit
 from seekdata._iterable import IterableEngine
@@ -49,8 +49,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
     ``DataLoader`` over keyed batches, and iteration goes through the cursor.
 
     Adds ``seed`` (keys every sample's and batch's randomness), ``reseed_global_rng`` (seed
-    torch/numpy/``random`` global RNG per sample; turn off when the dataset only uses
-    :func:`seekdata.sample_rng`) and ``batch_transform`` (a ``(batch, rng) -> batch`` callable
+    torch/numpy/``random`` global RNG per sample; ``False`` when the dataset only uses
+    :func:`seekdata.sample_rng`, or the names of the generators it uses, e.g.
+    ``("torch", "numpy")``) and ``batch_transform`` (a ``(batch, rng) -> batch`` callable
     applied after collation, e.g. MixUp). ``state_dict()`` is a cursor; ``load_state_dict()``
     is O(1) and accepts another ``num_workers`` or world size.
     """
@@ -76,14 +77,17 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         pin_memory_device: str = "",
         in_order: bool = True,
         seed: int = 0,
-        reseed_global_rng: bool = True,
+        reseed_global_rng: bool | Collection[str] = True,
         batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
     ) -> None:
         where = "StatefulDataLoader"
         self._iterable: IterableEngine | None = None
         self.dataset = dataset
         self.seed = rng.check_counter(seed, "seed", where)
-        self.reseed_global_rng = _check_bool(reseed_global_rng, "reseed_global_rng", where)
+        reseed = _globalrng.reseed_set(reseed_global_rng, where)  # bool or generator names
+        self.reseed_global_rng: bool | tuple[str, ...] = (
+            bool(reseed_global_rng) if isinstance(reseed_global_rng, bool | np.bool_) else reseed
+        )
         self.drop_last = _check_bool(drop_last, "drop_last", where)
         self.in_order = _check_bool(in_order, "in_order", where)
         if batch_transform is not None and not callable(batch_transform):

@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from seekdata import _globalrng
+
 __all__ = [
     "BATCH",
     "ORDER",
@@ -184,6 +186,14 @@ def global_seeds(seed: int, epoch: int, indices: np.ndarray) -> np.ndarray:
     return _seeds_from(_key_cached(seed, (SAMPLE, epoch), 4), indices)
 
 
+def seed_columns(seed: int, epoch: int, indices: Any) -> tuple[list[int], list[int], list[int]]:
+    """The columns of :func:`global_seeds` as lists of Python ints (torch, numpy, ``random``):
+    the loader's per-batch derivation, with no (n, 3) array and no per-row lists."""
+    key = _key_cached(seed, (SAMPLE, epoch), 4)
+    h = mix_keyed(key[:2], np.array(indices, dtype=_U64))
+    return (h & _U64(0xFFFFFFFF)).tolist(), (h >> _U64(32)).tolist(), (h ^ _U64(key[2])).tolist()
+
+
 def batch_seeds(seed: int, epoch: int, step: int, digest: int) -> list[int]:
     """Global-RNG seeds for a batch's collation: keyed by (seed, BATCH, epoch), then mixed
     with the step and the hash of the batch's indices (both 32-bit here)."""
@@ -273,14 +283,15 @@ def exit_sample() -> None:
 
 
 def capture_globals() -> tuple[Any, Any, Any]:
-    """Snapshot torch CPU, numpy-legacy and ``random`` global RNG (for num_workers=0)."""
-    return torch.default_generator.get_state(), np.random.get_state(), random.getstate()
+    """Snapshot torch CPU, numpy-legacy and ``random`` global RNG (for num_workers=0); an
+    opaque value for :func:`restore_globals`. A few µs: the states are copied as bytes."""
+    saved = _globalrng.save(_globalrng.GENERATORS)
+    _globalrng.restore(saved)  # saving may leave a generator moved; capturing must not
+    return saved
 
 
 def restore_globals(saved: tuple[Any, Any, Any]) -> None:
-    torch.default_generator.set_state(saved[0])
-    np.random.set_state(saved[1])
-    random.setstate(saved[2])
+    _globalrng.restore(saved)
 
 
 @contextmanager
