@@ -20,8 +20,8 @@ Loaders, each compared with its baseline in the same round:
 - ``seekdata`` (the default ``reseed_global_rng=True``) against ``DataLoader + reseed``: torch's
   DataLoader whose dataset reseeds exactly what seekdata reseeds (torch's CPU generator, numpy's
   and ``random``'s global RNG) before each sample. Goal (issue 14): >= 0.95x.
-- ``seekdata (torch, numpy)``: ``reseed_global_rng=("torch", "numpy")``, against the same.
-- ``seekdata, reseed off`` against plain ``DataLoader``: the loader's own cost. Goal >= 0.97x.
+- ``seekdata torch+numpy``: ``reseed_global_rng=("torch", "numpy")``, against the same.
+- ``seekdata reseed off`` against plain ``DataLoader``: the loader's own cost. Goal >= 0.97x.
 - ``torchdata`` and ``grain`` (when installed) against plain ``DataLoader``.
 
 Every round runs each loader once, in a new random order, and waits for the previous loader's
@@ -56,9 +56,9 @@ N = 2**20
 #: loader -> the baseline its ratio is taken against
 PAIRS = {
     "seekdata": "DataLoader + reseed",
-    "seekdata (torch, numpy)": "DataLoader + reseed",
+    "seekdata torch+numpy": "DataLoader + reseed",
     "DataLoader + reseed": "DataLoader + reseed",
-    "seekdata, reseed off": "DataLoader",
+    "seekdata reseed off": "DataLoader",
     "torchdata": "DataLoader",
     "grain": "DataLoader",
     "DataLoader": "DataLoader",
@@ -77,7 +77,7 @@ def dataset(workload: str) -> Any:
 
 
 def loader(kind: str, data: Any, workers: int, pin: bool) -> Any:
-    reseed: Any = {"seekdata": True, "seekdata (torch, numpy)": ("torch", "numpy")}.get(kind, False)
+    reseed: Any = {"seekdata": True, "seekdata torch+numpy": ("torch", "numpy")}.get(kind, False)
     name = "seekdata" if kind.startswith("seekdata") else kind
     return H.make_loader(name, data, BATCH, workers, reseed_global_rng=reseed, pin_memory=pin)
 
@@ -170,6 +170,7 @@ def main() -> None:
     p.add_argument("--pin-memory", action="store_true", help="pin_memory=True (needs CUDA)")
     p.add_argument("--device", default=None, help='move each batch there, e.g. "cuda"')
     p.add_argument("--profile", action="store_true", help="also print a cProfile of seekdata")
+    p.add_argument("--only-throughput", action="store_true", help="skip state and breakdown")
     args = p.parse_args()
     torch.set_num_threads(1)  # one intra-op thread: the loaders, not torch, are measured
     rounds = args.rounds or (2 if args.quick else 9)
@@ -201,6 +202,20 @@ def main() -> None:
           "ratio to the baseline: median of per-round ratios [min-max]")  # fmt: skip
     print(H.table(rows, ["workload", "num_workers", "loader", "samples_s", "vs", "ratio",
                          "spread", "extra us/sample", "startup_ms"]))  # fmt: skip
+    costs: list[dict] = []
+    pieces: list[dict] = []
+    if not args.only_throughput:
+        costs, pieces = extras()
+    H.write(args.out, "throughput", rows, state=costs, breakdown=pieces, batch_size=BATCH,
+            rounds=rounds, workers=workers_list, pin_memory=args.pin_memory, device=args.device,
+            image_backend=H.Images(1, distinct=1).backend)  # fmt: skip
+    plot(args.out.with_suffix(".png"), rows)
+    if args.profile:
+        profile()
+
+
+def extras() -> tuple[list[dict], list[dict]]:
+    """The state_dict() cost table and the fetch path's breakdown, printed and returned."""
     costs = []
     for workers in (0, 2):
         for name in ("seekdata", "torchdata"):
@@ -213,12 +228,7 @@ def main() -> None:
     pieces = breakdown()
     print("\nseekdata's fetch path, piece by piece (µs, best of 7 x 2000)")
     print(H.table(pieces, ["piece", "per", "us", "us_per_sample"]))
-    H.write(args.out, "throughput", rows, state=costs, breakdown=pieces, batch_size=BATCH,
-            rounds=rounds, workers=workers_list, pin_memory=args.pin_memory, device=args.device,
-            image_backend=H.Images(1, distinct=1).backend)  # fmt: skip
-    plot(args.out.with_suffix(".png"), rows)
-    if args.profile:
-        profile()
+    return costs, pieces
 
 
 def summarise(workload: str, workers: int, results: dict[str, list[dict]]) -> list[dict]:
