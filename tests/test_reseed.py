@@ -153,3 +153,10 @@ def test_a_random_collate_still_draws_from_the_batch_key() -> None:
         )[3]
         np.random.seed(rng.batch_seeds(5, 0, step, digest)[1])
         assert drawn == np.random.rand()
+
+
+def test_the_loaders_seed_columns_are_global_seeds_bit_for_bit() -> None:
+    indices = [0, 1, 7, 2**31, 2**40 + 3, 2**63 - 1, *range(100, 140)]
+    for seed, epoch in [(0, 0), (5, 3), (2**40, 2**20)]:
+        rows = rng.global_seeds(seed, epoch, np.array(indices, dtype=np.uint64)).tolist()
+        assert [list(r) for r in zip(*rng.seed_columns(seed, epoch, indices), strict=True)] == rows

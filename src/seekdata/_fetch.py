@@ -72,10 +72,12 @@ class KeyedDataset(torch.utils.data.Dataset):
         getitem, append = self.dataset.__getitem__, out.append
         fetch = rng._fetch  # the hot loop: enter_sample inlined, the batch's key set once
         fetch.seed, fetch.epoch = self.seed, key.epoch
+        now = fetch.now  # [index, fresh]: list items, far cheaper than thread-local attributes
         try:
             if not reseed:
                 for index in indices:
-                    fetch.index, fetch.fresh = index, True
+                    now[0] = index
+                    now[1] = True
                     append(getitem(index))
             else:
                 torch_col, np_col, py_col = rng.seed_columns(self.seed, key.epoch, indices)
@@ -83,7 +85,8 @@ class KeyedDataset(torch.utils.data.Dataset):
                     torch_seed, np_seed = rng._torch_seed, rng._np_seed
                     py_cseed, py_inst = rng._py_cseed, rng._py_inst
                     for index, a, b, c in zip(indices, torch_col, np_col, py_col, strict=True):
-                        fetch.index, fetch.fresh = index, True
+                        now[0] = index
+                        now[1] = True
                         torch_seed(a)
                         np_seed(b)
                         py_cseed(py_inst, c)
@@ -94,7 +97,8 @@ class KeyedDataset(torch.utils.data.Dataset):
                     columns = dict(zip(_globalrng.GENERATORS, cols, strict=True))
                     calls = [(_SEEDERS[name], columns[name]) for name in reseed]
                     for i, index in enumerate(indices):
-                        fetch.index, fetch.fresh = index, True
+                        now[0] = index
+                        now[1] = True
                         for seeder, column in calls:
                             seeder(column[i])
                         append(getitem(index))

@@ -109,12 +109,17 @@ def _to(batch: Any, device: str) -> Any:
 
 
 def run_loader(
-    loader: Any, batches: int, warmup: int = 0, device: str | None = None
+    loader: Any,
+    batches: int,
+    warmup: int = 0,
+    device: str | None = None,
+    max_s: float = math.inf,
 ) -> dict[str, float]:
     """One run of ``loader``: ``startup_s``, seconds from ``iter()`` to the first batch (worker
     start-up, epoch set-up), and ``samples_s``, samples/s over ``batches`` batches after
-    ``warmup`` more (the steady state). Each batch is moved to ``device`` when given. The
-    iterator is deleted before returning, which shuts its workers down."""
+    ``warmup`` more (the steady state), or over as many as ``max_s`` seconds allow. Each batch
+    is moved to ``device`` when given. The iterator is deleted before returning, which shuts
+    its workers down."""
     t0 = time.perf_counter()
     it = iter(loader)
     next(it)
@@ -123,11 +128,14 @@ def run_loader(
         next(it)
     count = 0
     t1 = time.perf_counter()
-    for _ in range(batches):
+    deadline = t1 + max_s
+    for k in range(batches):
         batch = next(it)
         if device is not None:
             batch = _to(batch, device)
         count += len(batch)
+        if k % 16 == 15 and time.perf_counter() > deadline:
+            break
     if device is not None:
         torch.cuda.synchronize(device)
     rate = count / (time.perf_counter() - t1)

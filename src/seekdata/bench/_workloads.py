@@ -164,7 +164,10 @@ def grain_loader(dataset: Any, batch_size: int, num_workers: int, seed: int = 0)
     """Grain's DataLoader over a map-style ``dataset``: shuffled, batched, one epoch. Batches
     are numpy arrays; grain pins nothing."""
     import grain
+    from absl import flags
 
+    if not flags.FLAGS.is_parsed():  # grain reads absl flags, which only absl.app.run parses
+        flags.FLAGS.mark_as_parsed()
     sampler = grain.samplers.IndexSampler(
         num_records=len(dataset),
         shard_options=grain.sharding.NoSharding(),
