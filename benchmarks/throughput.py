@@ -84,7 +84,7 @@ def loader(kind: str, data: Any, workers: int, pin: bool) -> Any:
 
 
 def run_case(kind: str, data: Any, workers: int, args: Any, progress: H.Progress) -> dict:
-    batches = max(SAMPLES[args.workload_now] * max(1, workers) // BATCH // args.scale, 10)
+    batches = max(int(SAMPLES[args.workload_now] * max(1, workers) * args.scale) // BATCH, 10)
     warmup = 5 + 4 * workers  # drains what the workers prefetched during start-up
     pin = args.pin_memory and kind != "grain"
     try:
@@ -178,11 +178,12 @@ def main() -> None:
     p.add_argument("--pin-memory", action="store_true", help="pin_memory=True (needs CUDA)")
     p.add_argument("--device", default=None, help='move each batch there, e.g. "cuda"')
     p.add_argument("--profile", action="store_true", help="also print a cProfile of seekdata")
+    p.add_argument("--scale", type=float, default=None, help="x samples timed per run (1)")
     p.add_argument("--only-throughput", action="store_true", help="skip state and breakdown")
     args = p.parse_args()
     torch.set_num_threads(1)  # one intra-op thread: the loaders, not torch, are measured
     rounds = args.rounds or (2 if args.quick else 9)
-    args.scale = 10 if args.quick else 1
+    args.scale = args.scale or (0.1 if args.quick else 1.0)
     workers_list = [int(w) for w in _list(args.workers)]
     workloads = _list(args.workloads)
     kinds = _list(args.loaders) if args.loaders else [
