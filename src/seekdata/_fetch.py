@@ -107,7 +107,7 @@ class KeyedDataset(torch.utils.data.Dataset):
                 _globalrng.restore(saved)
             raise
         finally:
-            rng.exit_sample()
+            now[0], now[1] = -1, False  # rng.exit_sample(), inlined
         out.saved = saved
         return out
 
@@ -162,8 +162,8 @@ class Collate:
         self.seed = seed
         self.reseed = _globalrng.reseed_set(reseed_global_rng, "Collate")
         self.reseed_global_rng = bool(self.reseed)
-        randomless = batch_transform is None and any(collate_fn is f for f in _RANDOMLESS)
-        self._reseed_batch = self.reseed if not randomless else ()
+        self._randomless = any(collate_fn is f for f in _RANDOMLESS)
+        self._reseed_batch = () if self._randomless and batch_transform is None else self.reseed
 
     def __call__(self, data: Sequence[Any]) -> Any:
         if not isinstance(data, _Fetched):  # one sample (batch_size=None): nothing keyed
@@ -171,7 +171,8 @@ class Collate:
         try:
             if self._reseed_batch:
                 _seed_globals_for_batch(self.seed, data.key, self._reseed_batch)
-            batch = self.collate_fn(list(data))
+            # torch's collate functions take the list as is; a user's gets a plain list
+            batch = self.collate_fn(data if self._randomless else list(data))
             if self.batch_transform is not None:
                 batch = self.batch_transform(batch, batch_generator(self.seed, data.key))
             return batch
