@@ -264,6 +264,9 @@ def summarise(workload: str, workers: int, results: dict[str, list[dict]]) -> li
     return rows
 
 
+_SHADES = {"seekdata torch+numpy": "#1b4f9c", "grain": "#4caf50"}
+
+
 def plot(out: pathlib.Path, rows: list[dict]) -> None:
     configs = list(dict.fromkeys((r["workload"], r["num_workers"]) for r in rows))
     groups = [f"{d}\nworkers={w}" for d, w in configs]
@@ -280,10 +283,12 @@ def plot(out: pathlib.Path, rows: list[dict]) -> None:
         for kind in kinds
     }
     fig, ax = H.pyplot().subplots(figsize=(10, 4.8))
-    H.plot_bars(ax, groups, series, "steady-state samples/s ÷ baseline's (median)")
+    colors = {f"{k} ÷ {PAIRS[k]}": c for k, c in _SHADES.items()}
+    H.plot_bars(ax, groups, series, "steady-state samples/s ÷ baseline's (median)", colors)
     ax.axhline(1.0, color="#7f7f7f", lw=1)
     ax.axhline(0.95, color="#7f7f7f", lw=1, ls=":")
-    ax.set_ylim(0, 1.25)
+    top = max((v for values in series.values() for v in values if v == v), default=1.0)
+    ax.set_ylim(0, max(1.25, top + 0.25))
     ax.legend(fontsize=7, loc="upper center", ncol=3)
     ax.set_title(f"throughput relative to the matching DataLoader (batch {BATCH}; dotted: 0.95)")
     ax.tick_params(axis="x", labelrotation=0)

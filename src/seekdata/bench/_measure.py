@@ -348,12 +348,19 @@ def plot_resume(ax: Any, rows: list[dict[str, Any]], legend_outside: bool = Fals
     ax.legend(fontsize=7, title="dotted horizontal: fresh start", title_fontsize=7, **where)
 
 
-def plot_bars(ax: Any, groups: list[str], series: dict[str, list[float]], ylabel: str) -> None:
-    """Grouped bars: one group per configuration, one bar per series."""
+def plot_bars(
+    ax: Any,
+    groups: list[str],
+    series: dict[str, list[float]],
+    ylabel: str,
+    colors: dict[str, str] | None = None,
+) -> None:
+    """Grouped bars: one group per configuration, one bar per series (``colors`` by series name,
+    else by the name's first word)."""
     width = 0.8 / max(len(series), 1)
     for i, (name, values) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
-        color = _COLORS.get(name.split(" ")[0])
+        color = (colors or {}).get(name) or _COLORS.get(name.split(" ")[0])
         ax.bar(xs, values, width, label=name, color=color, alpha=1.0 - 0.35 * ("off" in name))
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, fontsize=7, rotation=30, ha="right")
