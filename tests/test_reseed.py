@@ -160,3 +160,18 @@ def test_the_loaders_seed_columns_are_global_seeds_bit_for_bit() -> None:
     for seed, epoch in [(0, 0), (5, 3), (2**40, 2**20)]:
         rows = rng.global_seeds(seed, epoch, np.array(indices, dtype=np.uint64)).tolist()
         assert [list(r) for r in zip(*rng.seed_columns(seed, epoch, indices), strict=True)] == rows
+
+
+def test_single_samples_restore_only_the_reseeded_generators() -> None:
+    """batch_size=None: no collate follows, so the fetch itself restores what it saved."""
+    np.random.seed(9)
+    torch.manual_seed(9)
+    expected_np, expected_torch = np.random.rand(3), torch.rand(3)
+    np.random.seed(9)
+    torch.manual_seed(9)
+    loader = seekdata.StatefulDataLoader(GlobalRNGAug(3), batch_size=None,
+                                         reseed_global_rng=["numpy"])  # fmt: skip
+    samples = list(loader)
+    assert np.array_equal(np.random.rand(3), expected_np)  # saved and restored around each
+    assert not torch.equal(torch.rand(3), expected_torch)  # not reseeded: the samples drew it
+    assert [int(s["index"]) for s in samples] == [0, 1, 2]
