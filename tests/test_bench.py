@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import pathlib
+import time
+from typing import Any
 
 import pytest
+import torch
 
 from seekdata import bench
 
@@ -91,3 +95,56 @@ def test_positions_past_the_dataset_are_a_value_error(tmp_path: pathlib.Path) ->
     with pytest.raises(ValueError, match="--resume-positions must be at most --resume-n"):
         run("--quick", "--no-progress", "--resume-n", "100", "--resume-positions", "1000",
             "--out", str(tmp_path / "b.json"))  # fmt: skip
+
+
+def test_interleave_shuffles_every_round_and_waits_for_children() -> None:
+    """A fixed order A B C biases the case after a slow shutdown; and no case may start while
+    the previous one's worker processes are still alive."""
+    calls: list[str] = []
+    alive_at_start: list[int] = []
+
+    def case(name: str) -> Any:
+        def run() -> str:
+            alive_at_start.append(len(multiprocessing.active_children()))
+            calls.append(name)
+            # leave a child behind that exits a moment later, as a loader's workers do
+            multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0.3,)).start()
+            return name
+
+        return run
+
+    out = bench.interleave({k: case(k) for k in "ABCD"}, rounds=6, seed=1)
+    assert out == {k: [k] * 6 for k in "ABCD"}
+    orders = [tuple(calls[i : i + 4]) for i in range(0, 24, 4)]
+    assert all(sorted(o) == list("ABCD") for o in orders) and len(set(orders)) > 1
+    assert alive_at_start == [0] * 24 and multiprocessing.active_children() == []
+
+
+def test_run_loader_reports_start_up_apart_from_steady_state() -> None:
+    loader = bench.make_loader("DataLoader + reseed", bench.TokenWindows(4096), 8, 0)
+    result = bench.run_loader(loader, batches=5, warmup=2)
+    assert set(result) == {"startup_s", "samples_s"}
+    assert result["startup_s"] > 0 and result["samples_s"] > 0
+
+
+def test_the_reseeding_baseline_makes_each_sample_a_function_of_its_index() -> None:
+    data = bench.Reseeding(bench.TokenWindows(4096))
+    assert torch.equal(data[17], data[17]) and not torch.equal(data[17][:4], data[18][:4])
+    images = bench.Images(4, size=64, crop=32, distinct=2)
+    torch.manual_seed(0)
+    a = images[1]
+    torch.manual_seed(0)
+    assert a.shape == (3, 32, 32) and a.dtype == torch.float32 and torch.equal(a, images[1])
+
+
+def test_tokens_workload_compares_seekdata_with_the_reseeding_dataloader(
+    tmp_path: pathlib.Path,
+) -> None:
+    out = tmp_path / "b.json"
+    argv = ["--quick", "--no-progress", "--no-resume", "--workers", "0", "--workload", "tokens"]
+    assert run(*argv, "--out", str(out)) == 0
+    payload = json.loads(out.read_text())
+    (row,) = payload["throughput"]
+    assert payload["config"]["workload"] == "tokens"
+    assert row["seekdata / DataLoader + reseed"] > 0 and row["DataLoader + reseed"] > 0
+    assert all(row[f"{name} startup ms"] > 0 for name in payload["config"]["loaders"])

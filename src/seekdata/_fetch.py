@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from seekdata import preemption, rng
+from seekdata import _globalrng, preemption, rng
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,11 @@ class _Fetched(list):
 class KeyedDataset(torch.utils.data.Dataset):
     """Wraps a map-style dataset so that each fetch runs under the sample's counters."""
 
-    def __init__(self, dataset: Any, seed: int, reseed_global_rng: bool) -> None:
+    def __init__(self, dataset: Any, seed: int, reseed_global_rng: Any) -> None:
         self.dataset = dataset
         self.seed = seed
-        self.reseed_global_rng = reseed_global_rng
+        self.reseed = _globalrng.reseed_set(reseed_global_rng, "KeyedDataset")
+        self.reseed_global_rng = bool(self.reseed)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -60,42 +61,61 @@ class KeyedDataset(torch.utils.data.Dataset):
         return fetched[0]
 
     def __getitems__(self, key: BatchKey) -> _Fetched:
-        in_main = torch.utils.data.get_worker_info() is None
-        saved = rng.capture_globals() if in_main and self.reseed_global_rng else None
-        seeds = (
-            rng.global_seeds(self.seed, key.epoch, np.asarray(key.indices)).tolist()
-            if self.reseed_global_rng
-            else None
-        )
+        reseed = self.reseed
+        saved = None
+        if reseed and torch.utils.data.get_worker_info() is None:
+            saved = _globalrng.save(reseed)  # num_workers=0: the caller's RNG, restored in Collate
         out = _Fetched()
         out.key = key
+        indices = key.indices
         getitem, append = self.dataset.__getitem__, out.append
         fetch = rng._fetch  # the hot loop: enter_sample inlined, the batch's key set once
         fetch.seed, fetch.epoch = self.seed, key.epoch
+        now = fetch.now  # [index, fresh]: list items, far cheaper than thread-local attributes
         try:
-            if seeds is None:
-                for index in key.indices:
-                    fetch.index, fetch.fresh = index, True
+            if not reseed:
+                for index in indices:
+                    now[0] = index
+                    now[1] = True
                     append(getitem(index))
             else:
-                torch_seed, np_seed = rng._torch_seed, rng._np_seed
-                py_cseed, py_inst = rng._py_cseed, rng._py_inst
-                for index, (a, b, c) in zip(key.indices, seeds, strict=True):
-                    fetch.index, fetch.fresh = index, True
-                    torch_seed(a)
-                    np_seed(b)
-                    py_cseed(py_inst, c)
-                    py_inst.gauss_next = None  # as random.seed does
-                    append(getitem(index))
+                torch_col, np_col, py_col = rng.seed_columns(self.seed, key.epoch, indices)
+                if reseed == _globalrng.GENERATORS:
+                    torch_seed, np_seed = rng._torch_seed, rng._np_seed
+                    py_cseed, py_inst = rng._py_cseed, rng._py_inst
+                    for index, a, b, c in zip(indices, torch_col, np_col, py_col, strict=True):
+                        now[0] = index
+                        now[1] = True
+                        torch_seed(a)
+                        np_seed(b)
+                        py_cseed(py_inst, c)
+                        py_inst.gauss_next = None  # as random.seed does
+                        append(getitem(index))
+                else:
+                    cols = (torch_col, np_col, py_col)
+                    columns = dict(zip(_globalrng.GENERATORS, cols, strict=True))
+                    calls = [(_SEEDERS[name], columns[name]) for name in reseed]
+                    for i, index in enumerate(indices):
+                        now[0] = index
+                        now[1] = True
+                        for seeder, column in calls:
+                            seeder(column[i])
+                        append(getitem(index))
         except BaseException:
             if saved is not None:
-                rng.restore_globals(saved)
+                _globalrng.restore(saved)
             raise
         finally:
-            rng.exit_sample()
-        # num_workers=0: the collate wrapper, which torch calls next, restores the caller's RNG
+            now[0], now[1] = -1, False  # rng.exit_sample(), inlined
         out.saved = saved
         return out
+
+
+_SEEDERS: dict[str, Callable[[int], Any]] = {
+    "torch": rng._torch_seed,
+    "numpy": rng._np_seed,
+    "random": rng._py_seed,
+}
 
 
 def _batch_counters(key: BatchKey) -> tuple[int, int, int, int]:
@@ -112,11 +132,18 @@ def batch_generator(seed: int, key: BatchKey) -> np.random.Generator:
     return rng.numpy_generator(seed, *_batch_counters(key))
 
 
-def _seed_globals_for_batch(seed: int, key: BatchKey) -> None:
+def _seed_globals_for_batch(seed: int, key: BatchKey, reseed: tuple[str, ...]) -> None:
     """Global RNG during collation (e.g. a collator's random masking): keyed by the batch."""
     _, epoch, step, digest = _batch_counters(key)
-    rng.enter_sample(seed, epoch, 0, rng.batch_seeds(seed, epoch, step, digest))
-    rng.exit_sample()
+    seeds = rng.batch_seeds(seed, epoch, step, digest)
+    for name, value in zip(_globalrng.GENERATORS, seeds, strict=True):
+        if name in reseed:
+            _SEEDERS[name](value)
+
+
+#: Collate functions that draw no randomness: reseeding global RNG before them is unobservable
+#: (the next fetch reseeds per sample; with num_workers=0 the caller's state is restored).
+_RANDOMLESS = (torch.utils.data.default_collate, torch.utils.data.default_convert)
 
 
 class Collate:
@@ -127,26 +154,30 @@ class Collate:
         collate_fn: Callable[[list[Any]], Any],
         batch_transform: Callable[[Any, np.random.Generator], Any] | None,
         seed: int,
-        reseed_global_rng: bool = True,
+        reseed_global_rng: Any = True,
     ) -> None:
         self.collate_fn = collate_fn
         self.batch_transform = batch_transform
         self.seed = seed
-        self.reseed_global_rng = reseed_global_rng
+        self.reseed = _globalrng.reseed_set(reseed_global_rng, "Collate")
+        self.reseed_global_rng = bool(self.reseed)
+        self._randomless = any(collate_fn is f for f in _RANDOMLESS)
+        self._reseed_batch = () if self._randomless and batch_transform is None else self.reseed
 
     def __call__(self, data: Sequence[Any]) -> Any:
         if not isinstance(data, _Fetched):  # one sample (batch_size=None): nothing keyed
             return self.collate_fn(data)  # type: ignore[arg-type]
         try:
-            if self.reseed_global_rng:
-                _seed_globals_for_batch(self.seed, data.key)
-            batch = self.collate_fn(list(data))
+            if self._reseed_batch:
+                _seed_globals_for_batch(self.seed, data.key, self._reseed_batch)
+            # torch's collate functions take the list as is; a user's gets a plain list
+            batch = self.collate_fn(data if self._randomless else list(data))
             if self.batch_transform is not None:
                 batch = self.batch_transform(batch, batch_generator(self.seed, data.key))
             return batch
         finally:
             if data.saved is not None:  # num_workers=0: the caller's global RNG, as it was
-                rng.restore_globals(data.saved)
+                _globalrng.restore(data.saved)
 
 
 class WorkerInit:

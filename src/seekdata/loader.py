@@ -10,13 +10,13 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
-from seekdata import rng
+from seekdata import _globalrng, rng
 from seekdata import state as S
 from seekdata._fetch import BatchKey, Collate, KeyedDataset, WorkerInit
 from seekdata._iterable import IterableEngine
@@ -85,8 +85,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
 
     Adds ``seed`` (keys every sample's and batch's randomness; None: derived from torch's seed
     and replaced by the checkpoint's at ``load_state_dict``), ``reseed_global_rng`` (seed
-    torch/numpy/``random`` global RNG per sample; turn off when the dataset only uses
-    :func:`seekdata.sample_rng`) and ``batch_transform`` (a ``(batch, rng) -> batch`` callable
+    torch/numpy/``random`` global RNG per sample; ``False`` when the dataset only uses
+    :func:`seekdata.sample_rng`, or the names of the generators it uses, e.g.
+    ``("torch", "numpy")``) and ``batch_transform`` (a ``(batch, rng) -> batch`` callable
     applied after collation, e.g. MixUp). ``state_dict()`` is a cursor; ``load_state_dict()``
     is O(1) and accepts another ``num_workers`` or world size. ``snapshot_every_n_steps`` is
     torchdata's: accepted and stored; a cursor is exact at every step whatever its value (it is
@@ -114,7 +115,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         pin_memory_device: str = "",
         in_order: bool = True,
         seed: int | None = None,
-        reseed_global_rng: bool = True,
+        reseed_global_rng: bool | Collection[str] = True,
         batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
         snapshot_every_n_steps: int | None = 1,
     ) -> None:
@@ -138,7 +139,10 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
                 f"{snapshot_every_n_steps!r}; leave it at 1 (a cursor is exact at every step)"
             )
         self.snapshot_every_n_steps = snapshot_every_n_steps
-        self.reseed_global_rng = _check_bool(reseed_global_rng, "reseed_global_rng", where)
+        reseed = _globalrng.reseed_set(reseed_global_rng, where)  # bool or generator names
+        self.reseed_global_rng: bool | tuple[str, ...] = (
+            bool(reseed_global_rng) if isinstance(reseed_global_rng, bool | np.bool_) else reseed
+        )
         self.drop_last = _check_bool(drop_last, "drop_last", where)
         self.in_order = _check_bool(in_order, "in_order", where)
         if batch_transform is not None and not callable(batch_transform):

@@ -38,6 +38,7 @@ from seekdata.bench._harness import (
     rss_mb,
     script_parser,
     table,
+    wait_workers,
     write,
 )
 from seekdata.bench._measure import (
@@ -49,21 +50,27 @@ from seekdata.bench._measure import (
     plot_resume,
     replay_s,
     resume_sweep,
+    run_loader,
     samples_per_s,
     save,
     state_cost,
     states_at,
 )
+from seekdata.bench._workloads import Images, Reseeding, TokenWindows, grain_available
 
 __all__ = [
     "LOADERS",
+    "Images",
     "Indices",
     "Progress",
+    "Reseeding",
     "Synthetic",
+    "TokenWindows",
     "add_parser",
     "bar_plot",
     "best_of",
     "first_batch_s",
+    "grain_available",
     "interleave",
     "machine",
     "make_loader",
@@ -77,12 +84,14 @@ __all__ = [
     "resume_sweep",
     "rss_mb",
     "run",
+    "run_loader",
     "samples_per_s",
     "save",
     "script_parser",
     "state_cost",
     "states_at",
     "table",
+    "wait_workers",
     "write",
 ]
 
@@ -145,7 +154,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--work-us", type=float, default=0.0, help="busy work per sample in µs (default 0)"
     )
+    p.add_argument(
+        "--workload",
+        choices=("synthetic", "tokens", "image"),
+        default="synthetic",
+        help="synthetic (--shape, --work-us), tokens (2048 token ids) or image (JPEG decode, "
+        "RandomResizedCrop, flip, normalise; torchvision when installed); default synthetic",
+    )
     p.add_argument("--batches", type=_positive, help="timed batches per run (default 100)")
+    p.add_argument(
+        "--warmup", type=int, default=None, help="untimed batches after the first (default 5+4w)"
+    )
     p.add_argument("--rounds", type=_positive, help="interleaved rounds (default 3)")
     p.add_argument(
         "--resume-positions",
@@ -201,29 +220,48 @@ def _run(args: argparse.Namespace) -> int:
         )
     configs = [(w, b, pin) for w in workers for b in batch_sizes for pin in pins]
     n = max(2**16, (batches + 2) * max(batch_sizes) * 2)
-    dataset = Synthetic(n, shape=args.shape, work_us=args.work_us, draw="global")
+    if args.workload == "tokens":
+        dataset: Any = TokenWindows(max(n, 2**20))
+    elif args.workload == "image":
+        dataset = Images(max(n, 2**20))
+        notes.append(f"image workload on {dataset.backend}")
+    else:
+        dataset = Synthetic(n, shape=args.shape, work_us=args.work_us, draw="global")
+    names = [*LOADERS, "DataLoader + reseed", *(["grain"] if grain_available() else [])]
     resume_total = 0 if args.no_resume else len(resume_workers) * (1 + len(positions)) * 3
-    progress = Progress(len(configs) * rounds * 3 + resume_total, enabled=not args.no_progress)
+    progress = Progress(
+        len(configs) * rounds * len(names) + resume_total, enabled=not args.no_progress
+    )
     throughput: list[dict[str, Any]] = []
     try:
         for nw, bs, pin in configs:
+            warmup = args.warmup if args.warmup is not None else (1 if quick else 5 + 4 * nw)
 
-            def case(name: str, nw: int = nw, bs: int = bs, pin: bool = pin) -> Callable[[], float]:
-                def measure() -> float:
-                    loader = make_loader(name, dataset, bs, nw, pin_memory=pin)
-                    value = samples_per_s(loader, batches, device)
+            def case(
+                name: str, nw: int = nw, bs: int = bs, pin: bool = pin, warmup: int = warmup
+            ) -> Callable[[], Any]:
+                def measure() -> Any:
+                    pinned = pin and name != "grain"  # grain pins nothing
+                    loader = make_loader(name, dataset, bs, nw, pin_memory=pinned)
+                    value = run_loader(loader, batches, warmup, device)
                     progress.step(f"{name} w{nw} b{bs}")
                     return value
 
                 return measure
 
-            results = interleave({name: case(name) for name in LOADERS}, rounds)
+            results = interleave({name: case(name) for name in names}, rounds)
             row: dict[str, Any] = {"num_workers": nw, "batch_size": bs, "pin_memory": pin}
-            base = results["DataLoader"]
-            for name in LOADERS:
-                row[name] = median(results[name])
-                pairs = zip(results[name], base, strict=True)  # within a round: drift cancels
-                row[f"{name} / DataLoader"] = median([a / b for a, b in pairs])
+            rates = {name: [r["samples_s"] for r in results[name]] for name in names}
+            for name in names:
+                row[name] = median(rates[name])
+                row[f"{name} startup ms"] = 1e3 * median([r["startup_s"] for r in results[name]])
+                base = rates["DataLoader + reseed" if name == "seekdata" else "DataLoader"]
+                pairs = list(zip(rates[name], base, strict=True))  # within a round: drift cancels
+                ratio = median([a / b for a, b in pairs])
+                row[f"{name} / DataLoader"] = median([a / b for a, b in zip(rates[name],
+                    rates["DataLoader"], strict=True)])  # fmt: skip
+                if name == "seekdata":
+                    row["seekdata / DataLoader + reseed"] = ratio
             throughput.append(row)
         resume: list[dict[str, Any]] = []
         state: list[dict[str, Any]] = []
@@ -240,9 +278,18 @@ def _run(args: argparse.Namespace) -> int:
             )
     finally:
         progress.close()
-    print("samples/s (median of interleaved rounds; ratios: median of the per-round ratios)")
-    cols = ["num_workers", "batch_size", "pin_memory", *LOADERS]
-    print(table(throughput, [*cols, "seekdata / DataLoader", "torchdata / DataLoader"]))
+    print(
+        "steady-state samples/s after warm-up (median of rounds in random order; ratios: median "
+        "of the per-round ratios; seekdata reseeds per sample, so its fair baseline is "
+        "DataLoader + reseed)"
+    )
+    cols = ["num_workers", "batch_size", "pin_memory", *names]
+    ratios = ["seekdata / DataLoader + reseed", "torchdata / DataLoader"]
+    ratios += ["grain / DataLoader"] if "grain" in names else []
+    print(table(throughput, [*cols, *ratios]))
+    print("\nstart-up: iter() -> first batch (ms, median)")
+    print(table(throughput, ["num_workers", "batch_size", "pin_memory",
+                             *(f"{name} startup ms" for name in names)]))  # fmt: skip
     if resume:
         print(
             f"\nresume: load_state_dict -> first batch (ms), n = {resume_n}, batch {batch_sizes[0]}"
@@ -258,6 +305,8 @@ def _run(args: argparse.Namespace) -> int:
         "pin_memory": pins,
         "shape": list(args.shape),
         "work_us": args.work_us,
+        "workload": args.workload,
+        "loaders": names,
         "batches": batches,
         "rounds": rounds,
         "n": n,
@@ -293,7 +342,8 @@ def _plot(
         f"w{r['num_workers']} b{r['batch_size']}" + (" pin" if r["pin_memory"] else "")
         for r in throughput
     ]
-    plot_bars(ax, groups, {name: [r[name] for r in throughput] for name in LOADERS}, "samples/s")
+    names = [k for k in throughput[0] if k in (*LOADERS, "DataLoader + reseed", "grain")]
+    plot_bars(ax, groups, {name: [r[name] for r in throughput] for name in names}, "samples/s")
     ax.set_title("throughput (median of interleaved rounds)")
     if resume:
         plot_resume(axes[1], resume, legend_outside=True)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
+import multiprocessing
 import os
 import pathlib
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -50,16 +53,35 @@ def best_of(fn: Callable[[], Any], repeat: int = 5, number: int = 1) -> float:
     return min(times)
 
 
-def interleave(cases: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    """Run each case once per round, in A B A B order, so drift hits every case alike.
+def interleave(
+    cases: dict[str, Callable[[], Any]], rounds: int, seed: int = 0
+) -> dict[str, list[Any]]:
+    """Run each case once per round, in a new random order every round (a fixed order A B C
+    favours a position: the case after one that leaves workers behind runs slower), so that
+    drift of the machine hits every case alike. After each case, wait until the worker
+    processes it started have exited, so no run pays for the previous run's shutdown.
 
-    Each case returns its own measurement (e.g. samples/s). Returns all measurements.
+    Each case returns its own measurement (e.g. samples/s). Returns all measurements; the
+    order is a pure function of ``seed``, so a run can be repeated.
     """
-    out: dict[str, list[float]] = {name: [] for name in cases}
+    out: dict[str, list[Any]] = {name: [] for name in cases}
+    order = list(cases)
+    shuffler = random.Random(seed)  # the benchmark's own stream: never the global one
     for _ in range(rounds):
-        for name, fn in cases.items():
-            out[name].append(fn())
+        shuffler.shuffle(order)
+        for name in order:
+            out[name].append(cases[name]())
+            wait_workers()
     return out
+
+
+def wait_workers(timeout_s: float = 60.0) -> None:
+    """Block until this process has no live child processes (a loader's workers), up to
+    ``timeout_s``: collect garbage first, so a deleted iterator shuts its workers down."""
+    gc.collect()
+    deadline = time.perf_counter() + timeout_s
+    while multiprocessing.active_children() and time.perf_counter() < deadline:
+        time.sleep(0.005)
 
 
 def median(values: Sequence[float]) -> float:

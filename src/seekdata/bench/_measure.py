@@ -17,6 +17,7 @@ import torch
 import torch.utils.data
 
 from seekdata.bench._harness import LOADERS, Progress, best_of, median, pyplot
+from seekdata.bench._workloads import Reseeding, grain_loader
 from seekdata.loader import StatefulDataLoader
 from seekdata.rng import sample_rng
 
@@ -70,10 +71,12 @@ def make_loader(
     num_workers: int,
     *,
     seed: int = 0,
-    reseed_global_rng: bool = True,
+    reseed_global_rng: Any = True,
     pin_memory: bool = False,
 ) -> Any:
-    """A shuffled loader of kind ``loader`` (one of :data:`LOADERS`) over ``dataset``."""
+    """A shuffled loader of kind ``loader`` over ``dataset``: one of :data:`LOADERS`, or
+    ``"DataLoader + reseed"`` (torch's DataLoader over :class:`Reseeding`: the fair baseline for
+    seekdata's default) or ``"grain"`` (when installed; its batches are numpy arrays)."""
     common: dict[str, Any] = {
         "batch_size": batch_size,
         "shuffle": True,
@@ -82,31 +85,68 @@ def make_loader(
     }
     if loader == "seekdata":
         return StatefulDataLoader(dataset, seed=seed, reseed_global_rng=reseed_global_rng, **common)
+    if loader == "grain":
+        return grain_loader(dataset, batch_size, num_workers, seed)
     generator = torch.Generator().manual_seed(seed)  # torch's own rule: order from a generator
     if loader == "DataLoader":
         return torch.utils.data.DataLoader(dataset, generator=generator, **common)
+    if loader == "DataLoader + reseed":
+        return torch.utils.data.DataLoader(Reseeding(dataset), generator=generator, **common)
     if loader == "torchdata":
         from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
         return TorchdataLoader(dataset, generator=generator, **common)
-    raise ValueError(f"make_loader: loader must be one of {LOADERS}; got {loader!r}")
+    raise ValueError(
+        f"make_loader: loader must be one of {(*LOADERS, 'DataLoader + reseed', 'grain')}; "
+        f"got {loader!r}"
+    )
+
+
+def _to(batch: Any, device: str) -> Any:
+    if isinstance(batch, np.ndarray):  # grain
+        batch = torch.from_numpy(batch)
+    return batch.to(device, non_blocking=True)
+
+
+def run_loader(
+    loader: Any,
+    batches: int,
+    warmup: int = 0,
+    device: str | None = None,
+    max_s: float = math.inf,
+) -> dict[str, float]:
+    """One run of ``loader``: ``startup_s``, seconds from ``iter()`` to the first batch (worker
+    start-up, epoch set-up), and ``samples_s``, samples/s over ``batches`` batches after
+    ``warmup`` more (the steady state), or over as many as ``max_s`` seconds allow. Each batch
+    is moved to ``device`` when given. The iterator is deleted before returning, which shuts
+    its workers down."""
+    t0 = time.perf_counter()
+    it = iter(loader)
+    next(it)
+    startup = time.perf_counter() - t0
+    for _ in range(warmup):
+        next(it)
+    count = 0
+    t1 = time.perf_counter()
+    deadline = t1 + max_s
+    for k in range(batches):
+        batch = next(it)
+        if device is not None:
+            batch = _to(batch, device)
+        count += len(batch)
+        if k % 16 == 15 and time.perf_counter() > deadline:
+            break
+    if device is not None:
+        torch.cuda.synchronize(device)
+    rate = count / (time.perf_counter() - t1)
+    del it
+    return {"startup_s": startup, "samples_s": rate}
 
 
 def samples_per_s(loader: Any, batches: int, device: str | None = None) -> float:
     """Samples/s over ``batches`` batches, timed from the first batch on (so worker start-up
     and epoch set-up are not counted); each batch moved to ``device`` when given."""
-    it = iter(loader)
-    next(it)
-    count = 0
-    t0 = time.perf_counter()
-    for _ in range(batches):
-        batch = next(it)
-        if device is not None:
-            batch = batch.to(device, non_blocking=True)
-        count += len(batch)
-    if device is not None:
-        torch.cuda.synchronize(device)
-    return count / (time.perf_counter() - t0)
+    return run_loader(loader, batches, 0, device)["samples_s"]
 
 
 def first_batch_s(loader: Any, state: Any = None) -> float:
@@ -308,12 +348,19 @@ def plot_resume(ax: Any, rows: list[dict[str, Any]], legend_outside: bool = Fals
     ax.legend(fontsize=7, title="dotted horizontal: fresh start", title_fontsize=7, **where)
 
 
-def plot_bars(ax: Any, groups: list[str], series: dict[str, list[float]], ylabel: str) -> None:
-    """Grouped bars: one group per configuration, one bar per series."""
+def plot_bars(
+    ax: Any,
+    groups: list[str],
+    series: dict[str, list[float]],
+    ylabel: str,
+    colors: dict[str, str] | None = None,
+) -> None:
+    """Grouped bars: one group per configuration, one bar per series (``colors`` by series name,
+    else by the name's first word)."""
     width = 0.8 / max(len(series), 1)
     for i, (name, values) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
-        color = _COLORS.get(name.split(" ")[0])
+        color = (colors or {}).get(name) or _COLORS.get(name.split(" ")[0])
         ax.bar(xs, values, width, label=name, color=color, alpha=1.0 - 0.35 * ("off" in name))
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, fontsize=7, rotation=30, ha="right")
