@@ -255,7 +255,7 @@ class Mixture(torch.utils.data.Dataset):
         if not 0 <= position < self.length:
             raise IndexError(f"Mixture: index must be in [0, {self.length}); got {position}")
         fetch = rng._fetch
-        in_fetch = fetch.index >= 0  # a seekdata loader is fetching: its epoch is ours
+        in_fetch = fetch.now[0] >= 0  # a seekdata loader is fetching: its epoch is ours
         k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
         seed = self.source_seeds[k]
         seeds = global_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
@@ -263,12 +263,13 @@ class Mixture(torch.utils.data.Dataset):
         # inside a seekdata loader that reseeds, the loader does it once per batch
         in_main = torch.utils.data.get_worker_info() is None
         saved = rng.capture_globals() if seeds is not None and in_main and not in_fetch else None
-        outer = (fetch.seed, fetch.epoch, fetch.index, fetch.fresh)
+        outer = (fetch.seed, fetch.epoch, *fetch.now)
         rng.enter_sample(seed, source_epoch, index, seeds)
         try:
             return self.datasets[k][index]
         finally:
-            fetch.seed, fetch.epoch, fetch.index, fetch.fresh = outer
+            fetch.seed, fetch.epoch = outer[:2]
+            fetch.now[:] = outer[2:]
             if saved is not None:  # the main process: its global RNG as it was
                 rng.restore_globals(saved)
 
