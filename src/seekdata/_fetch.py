@@ -55,10 +55,26 @@ class KeyedDataset(torch.utils.data.Dataset):
     def __getitem__(self, key: Any) -> Any:  # batch_size=None: one key per "batch"
         if not isinstance(key, BatchKey):
             return self.dataset[key]
+        if not isinstance(key.indices[0], int | np.integer):
+            return self._fetch_bulk(key)
         fetched = self.__getitems__(key)
         if fetched.saved is not None:  # no keyed collate follows a single sample
             rng.restore_globals(fetched.saved)
         return fetched[0]
+
+    def _fetch_bulk(self, key: BatchKey) -> Any:
+        """torch's bulk loading (batch_size=None, a sampler yielding lists of indices): the
+        dataset fetches many samples in one call, so global RNG is keyed by the batch, as
+        during collation; there is no single sample for sample_rng()."""
+        saved = None
+        if self.reseed_global_rng:
+            saved = rng.capture_globals() if torch.utils.data.get_worker_info() is None else None
+            _seed_globals_for_batch(self.seed, key)
+        try:
+            return self.dataset[key.indices[0]]
+        finally:
+            if saved is not None:
+                rng.restore_globals(saved)
 
     def __getitems__(self, key: BatchKey) -> _Fetched:
         in_main = torch.utils.data.get_worker_info() is None
@@ -100,7 +116,10 @@ class KeyedDataset(torch.utils.data.Dataset):
 
 
 def _batch_counters(key: BatchKey) -> tuple[int, int, int, int]:
-    digest = zlib.crc32(np.asarray(key.indices, dtype=np.int64).tobytes())
+    try:
+        digest = zlib.crc32(np.asarray(key.indices, dtype=np.int64).tobytes())
+    except (TypeError, ValueError):  # bulk loading: whatever the sampler yields, by its repr
+        digest = zlib.crc32(repr(key.indices).encode())
     return rng.BATCH, key.epoch, key.step, digest
 
 

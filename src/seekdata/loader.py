@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch.utils.data
@@ -25,6 +25,90 @@ from seekdata.sampler import DistributedSampler, _check_bool, dataset_length
 __all__ = ["StatefulDataLoader"]
 
 _ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker base seeds)
+_T_co = TypeVar("_T_co", covariant=True)
+
+# torch's DataLoader.__setattr__ refuses these after construction: they define the stream
+_FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+# torch reads these at every iter(), so assigning them takes effect at the next iter(): the
+# loader forwards them to its engine
+_FORWARDED = (
+    "num_workers",
+    "pin_memory",
+    "timeout",
+    "prefetch_factor",
+    "in_order",
+    "pin_memory_device",
+    "multiprocessing_context",
+    "worker_init_fn",
+    "collate_fn",
+)
+
+
+def check_torch_args(
+    dataset: Any,
+    batch_size: int | None,
+    shuffle: bool | None,
+    sampler: Any,
+    batch_sampler: Any,
+    num_workers: int,
+    drop_last: bool,
+    timeout: float,
+    prefetch_factor: int | None,
+    persistent_workers: bool,
+) -> int | None:
+    """Reject what ``torch.utils.data.DataLoader.__init__`` rejects, in torch's order and with
+    its exception types; return ``prefetch_factor`` as torch sets it (2 with workers)."""
+    where = "StatefulDataLoader"
+    if num_workers < 0:
+        raise ValueError(
+            f"{where}: num_workers must be >= 0; got {num_workers}; pass 0 to load in this process"
+        )
+    if timeout < 0:
+        raise ValueError(f"{where}: timeout must be >= 0; got {timeout}; pass 0 to wait forever")
+    if num_workers == 0 and prefetch_factor is not None:
+        raise ValueError(
+            f"{where}: prefetch_factor needs worker processes; got prefetch_factor="
+            f"{prefetch_factor} with num_workers=0; pass num_workers > 0 or prefetch_factor=None"
+        )
+    if num_workers > 0 and prefetch_factor is None:
+        prefetch_factor = 2
+    elif prefetch_factor is not None and prefetch_factor < 0:
+        raise ValueError(f"{where}: prefetch_factor must be >= 0; got {prefetch_factor}")
+    if persistent_workers and num_workers == 0:
+        raise ValueError(
+            f"{where}: persistent_workers needs num_workers > 0; got num_workers=0; pass "
+            f"num_workers > 0 or persistent_workers=False"
+        )
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        for name, value, unset in (
+            ("shuffle", shuffle, shuffle in (False, None)),
+            ("sampler", sampler, sampler is None),
+            ("batch_sampler", batch_sampler, batch_sampler is None),
+        ):
+            if not unset:
+                raise ValueError(
+                    f"{where}: an IterableDataset decides its own order, so {name} must be "
+                    f"unset; got {name}={value!r}; shuffle inside the dataset"
+                )
+    if sampler is not None and shuffle:
+        raise ValueError(
+            f"{where}: sampler option is mutually exclusive with shuffle; got shuffle={shuffle} "
+            f"and a sampler; shuffle in the sampler (seekdata.DistributedSampler(shuffle=True))"
+        )
+    if batch_sampler is not None and (
+        batch_size != 1 or shuffle or sampler is not None or drop_last
+    ):
+        raise ValueError(
+            f"{where}: batch_sampler option is mutually exclusive with batch_size, shuffle, "
+            f"sampler and drop_last; got batch_size={batch_size}, shuffle={shuffle}, "
+            f"sampler={type(sampler).__name__}, drop_last={drop_last}; pass only batch_sampler"
+        )
+    if batch_sampler is None and batch_size is None and drop_last:
+        raise ValueError(
+            f"{where}: batch_size=None option disables auto-batching and is mutually exclusive "
+            f"with drop_last; pass drop_last=False, or a batch_size"
+        )
+    return prefetch_factor
 
 
 class _KeyBatches(torch.utils.data.Sampler[BatchKey]):
@@ -40,7 +124,7 @@ class _KeyBatches(torch.utils.data.Sampler[BatchKey]):
         return self._loader._plan.num_batches
 
 
-class StatefulDataLoader(torch.utils.data.DataLoader):
+class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     """A drop-in for ``torch.utils.data.DataLoader`` and torchdata's ``StatefulDataLoader``.
 
     It is a ``DataLoader`` subclass, so frameworks' ``isinstance`` checks pass, and it keeps
@@ -57,7 +141,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
 
     def __init__(
         self,
-        dataset: Any,
+        dataset: torch.utils.data.Dataset[_T_co],
         batch_size: int | None = 1,
         shuffle: bool | None = None,
         sampler: Any = None,
@@ -80,6 +164,12 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
     ) -> None:
         where = "StatefulDataLoader"
+        prefetch_factor = check_torch_args(
+            dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, drop_last,
+            timeout, prefetch_factor, persistent_workers,
+        )  # fmt: skip
+        if batch_sampler is not None:
+            batch_size, drop_last = None, False  # torch's rule: the batch sampler decides both
         self._iterable: IterableEngine | None = None
         self.dataset = dataset
         self.seed = rng.check_counter(seed, "seed", where)
@@ -106,9 +196,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
             )
         self.batch_size = batch_size
         self.generator = None
-        self.multiprocessing_context = multiprocessing_context
+        self.num_workers = num_workers  # before multiprocessing_context: torch's setter reads it
+        self.multiprocessing_context = multiprocessing_context  # torch's setter: str -> context
         self.pin_memory_device = pin_memory_device
-        self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
@@ -117,23 +207,18 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         self.batch_transform = batch_transform
         self._live: weakref.ReferenceType[_LoaderIter] | None = None
         self._step = 0  # batches consumed in the current epoch on this rank
+        self._own_sampler = sampler is None and batch_sampler is None  # follows len(dataset)
         engine_options = dict(  # what both engines take from us unchanged
             num_workers=num_workers,
             pin_memory=pin_memory,
             timeout=timeout,
-            multiprocessing_context=multiprocessing_context,
+            multiprocessing_context=self.multiprocessing_context,
             prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers,
             pin_memory_device=pin_memory_device,
             in_order=in_order,
         )
         if isinstance(dataset, torch.utils.data.IterableDataset):
-            if sampler is not None or batch_sampler is not None or shuffle:
-                raise ValueError(
-                    f"{where}: an IterableDataset decides its own order, so sampler, "
-                    f"batch_sampler and shuffle must be unset; got sampler={sampler!r}, "
-                    f"batch_sampler={batch_sampler!r}, shuffle={shuffle!r}"
-                )
             self.sampler: Any = None
             self.batch_sampler: Any = None
             self.collate_fn = collate_fn or torch.utils.data.default_collate
@@ -148,15 +233,11 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
                     **engine_options,
                 ),
             )
+            self._initialized = True
             return
         n = dataset_length(dataset, where)
         self._plan: Any
         if isinstance(sampler, DistributedSampler) and batch_sampler is None:
-            if shuffle is not None and shuffle is not sampler.shuffle:
-                raise ValueError(
-                    f"{where}: sampler option is mutually exclusive with shuffle; got shuffle="
-                    f"{shuffle}; set shuffle on the sampler"
-                )
             self.sampler = sampler
         elif sampler is None and batch_sampler is None:
             shuffle = bool(shuffle)
@@ -196,12 +277,66 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
             generator=engine_generator,
             **engine_options,
         )
+        self._initialized = True
+
+    # --- torch's attribute rules ----------------------------------------------------------------
+
+    def __setattr__(self, attr: str, val: Any) -> None:
+        if not self.__dict__.get("_initialized", False):
+            super().__setattr__(attr, val)
+            return
+        if attr in _FROZEN:
+            raise ValueError(
+                f"{attr} attribute should not be set after {type(self).__name__} is "
+                f"initialized: it defines the stream (torch refuses it too); got {attr}="
+                f"{val!r}; build a new loader with it"
+            )
+        super().__setattr__(attr, val)  # multiprocessing_context: torch's validating setter
+        if attr in _FORWARDED:  # torch reads these at iter(): so does the engine
+            value = getattr(self, attr)
+            if self._iterable is not None:
+                if attr == "worker_init_fn":
+                    self._iterable.seeder.user_fn = value
+                    return
+                if attr == "num_workers":
+                    self._iterable.num_workers = value
+                setattr(self._iterable.engine, attr, value)
+                return
+            if attr == "worker_init_fn":
+                value = WorkerInit(value)
+            elif attr == "collate_fn":
+                value = Collate(value, self.batch_transform, self.seed, self.reseed_global_rng)
+            setattr(self._engine, attr, value)
+
+    def _resized_sampler(self) -> DistributedSampler | None:
+        """torch's default samplers read len(dataset) at every iter() and len(); the loader's
+        own sampler does too: rebuilt (same seed, epoch and epoch-end flags) when it changed."""
+        old = self._plan.sampler if self._own_sampler else None
+        if old is None or dataset_length(self.dataset, "StatefulDataLoader") == old.n:
+            return None
+        new = DistributedSampler(self.dataset, 1, 0, shuffle=old.shuffle, seed=old.seed)
+        new.epoch, new._explicit, new._exhausted = old.epoch, old._explicit, old._exhausted
+        new.position = new.n if old.position >= old.n else 0
+        return new
 
     # --- iteration ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not torch's iterator class
         if self._iterable is not None:
             return iter(self._iterable)
+        resized = self._resized_sampler()
+        if resized is not None:
+            old = self._plan.sampler
+            if 0 < old.position < old.n:
+                raise ValueError(
+                    f"StatefulDataLoader: len(dataset) changed from {old.n} to {resized.n} in "
+                    f"the middle of epoch {old.epoch} (at position {old.position}), where the "
+                    f"cursor counts the old length; finish the epoch, or call "
+                    f"set_epoch({old.epoch + 1}), before iterating"
+                )
+            if self.sampler is old:
+                super().__setattr__("sampler", resized)
+            self._plan = SeekPlan(resized, self._plan.batch_size, self.drop_last)
         self._plan.begin(self._step)
         self._step = self._plan.step0
         it = _LoaderIter(self, iter(self._engine))
@@ -212,7 +347,10 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         """Batches in a full epoch on this rank, as torch's DataLoader counts them."""
         if self._iterable is not None:
             return len(self._iterable.engine)
-        return int(self._plan.full_len())
+        resized = self._resized_sampler()
+        if resized is None:
+            return int(self._plan.full_len())
+        return SeekPlan(resized, self._plan.batch_size, self.drop_last).full_len()
 
     def set_epoch(self, epoch: int) -> None:
         """Same rules as ``DistributedSampler.set_epoch``: never rewinds a restored epoch."""

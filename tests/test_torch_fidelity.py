@@ -1,0 +1,294 @@
+"""What a torch DataLoader user passes or reads behaves as torch's (issue 12, item 1).
+
+Most tests are differential: the same call on ``torch.utils.data.DataLoader`` and on
+``seekdata.StatefulDataLoader`` must succeed on both or raise the same exception type.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import typing
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+import seekdata
+from tests._datasets import GlobalRNGAug, batches_equal
+
+Loader = seekdata.StatefulDataLoader
+
+
+class Squares(torch.utils.data.Dataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i * i
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self) -> Any:
+        return iter(range(6))
+
+
+def _sampler() -> torch.utils.data.Sampler[int]:
+    return torch.utils.data.SequentialSampler(range(8))
+
+
+def _batch_sampler() -> torch.utils.data.BatchSampler:
+    return torch.utils.data.BatchSampler(_sampler(), 2, False)
+
+
+def _context() -> Any:
+    return multiprocessing.get_context("fork")
+
+
+# (dataset kind, DataLoader kwargs): every combination torch's DataLoader.__init__ rejects
+REJECTED = [
+    ("map", {"num_workers": -1}),
+    ("map", {"timeout": -1}),
+    ("map", {"prefetch_factor": 2}),
+    ("map", {"num_workers": 1, "prefetch_factor": -1}),
+    ("map", {"persistent_workers": True}),
+    ("map", {"sampler": _sampler, "shuffle": True}),
+    ("map", {"batch_sampler": _batch_sampler, "batch_size": 2}),
+    ("map", {"batch_sampler": _batch_sampler, "shuffle": True}),
+    ("map", {"batch_sampler": _batch_sampler, "sampler": _sampler}),
+    ("map", {"batch_sampler": _batch_sampler, "drop_last": True}),
+    ("map", {"batch_size": None, "drop_last": True}),
+    ("map", {"multiprocessing_context": "spawn"}),  # needs num_workers > 0
+    ("map", {"num_workers": 1, "multiprocessing_context": "no-such-method"}),
+    ("map", {"num_workers": 1, "multiprocessing_context": 3}),
+    ("iterable", {"shuffle": True}),
+    ("iterable", {"sampler": _sampler}),
+    ("iterable", {"batch_sampler": _batch_sampler}),
+]
+
+ACCEPTED = [
+    ("map", {"sampler": _sampler, "shuffle": False}),
+    ("map", {"batch_sampler": _batch_sampler}),
+    ("map", {"batch_sampler": _batch_sampler, "batch_size": 1, "shuffle": False}),
+    ("map", {"batch_size": None}),
+    ("map", {"num_workers": 1, "prefetch_factor": 0}),
+    ("map", {"num_workers": 1, "persistent_workers": True, "prefetch_factor": 4}),
+    ("map", {"num_workers": 1, "multiprocessing_context": _context}),
+    ("iterable", {"shuffle": False}),
+    ("iterable", {"batch_size": None}),
+]
+
+
+def _build(cls: Any, kind: str, kwargs: dict[str, Any]) -> Any:
+    kw = {k: v() if callable(v) else v for k, v in kwargs.items()}
+    return cls(Squares(8) if kind == "map" else Stream(), **kw)
+
+
+def _outcome(cls: Any, kind: str, kwargs: dict[str, Any]) -> type | None:
+    try:
+        _build(cls, kind, kwargs)
+    except Exception as e:  # the exception's type is what is compared
+        return type(e)
+    return None
+
+
+@pytest.mark.parametrize(("kind", "kwargs"), REJECTED)
+def test_rejects_what_torch_rejects(kind: str, kwargs: dict[str, Any]) -> None:
+    expected = _outcome(torch.utils.data.DataLoader, kind, kwargs)
+    assert expected is not None, "the case must be one torch rejects"
+    assert _outcome(Loader, kind, kwargs) is expected
+
+
+@pytest.mark.parametrize(("kind", "kwargs"), ACCEPTED)
+def test_accepts_what_torch_accepts(kind: str, kwargs: dict[str, Any]) -> None:
+    assert _outcome(torch.utils.data.DataLoader, kind, kwargs) is None
+    assert _outcome(Loader, kind, kwargs) is None
+
+
+def test_reads_what_torch_sets() -> None:
+    """torch normalises a few arguments; the attributes read the same."""
+    for kind, kwargs in [
+        ("map", {"batch_sampler": _batch_sampler}),
+        ("map", {"num_workers": 2}),
+        ("map", {"num_workers": 2, "multiprocessing_context": "spawn"}),
+        ("map", {"batch_size": None}),
+    ]:
+        ours, theirs = (
+            _build(Loader, kind, kwargs),
+            _build(torch.utils.data.DataLoader, kind, kwargs),
+        )
+        for name in ("batch_size", "drop_last", "prefetch_factor", "num_workers", "timeout"):
+            assert getattr(ours, name) == getattr(theirs, name), (name, kwargs)
+        assert type(ours.multiprocessing_context) is type(theirs.multiprocessing_context)
+
+
+@pytest.mark.parametrize(
+    "attr", ["batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers"]
+)
+@pytest.mark.parametrize("kind", ["map", "iterable"])
+def test_frozen_attributes_refuse_assignment(attr: str, kind: str) -> None:
+    for cls in (torch.utils.data.DataLoader, Loader):
+        loader = _build(cls, kind, {})
+        before = getattr(loader, attr)
+        with pytest.raises(ValueError, match=f"{attr} attribute should not be set"):
+            setattr(loader, attr, 4)
+        assert getattr(loader, attr) is before
+
+
+class WorkerTag(torch.utils.data.Dataset):
+    """Which worker loaded each sample (-1: the main process)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        info = torch.utils.data.get_worker_info()
+        return -1 if info is None else info.id
+
+
+def _tagged(batches: list[Any]) -> set[int]:
+    return {int(x) for b in batches for x in b}
+
+
+def _double(batch: list[Any]) -> torch.Tensor:
+    return torch.tensor(batch) * 2
+
+
+def test_assigned_options_take_effect_at_the_next_iter() -> None:
+    """torch reads num_workers, collate_fn, ... at iter(): an assignment is not ignored."""
+    loader = Loader(WorkerTag(), batch_size=2)
+    assert _tagged(list(loader)) == {-1}
+    loader.num_workers, loader.prefetch_factor = 2, 2
+    assert _tagged(list(loader)) == {0, 1}
+    loader.num_workers, loader.prefetch_factor = 0, None
+    loader.collate_fn = _double
+    assert [b.tolist() for b in loader] == [[-2, -2], [-2, -2]]
+    stream = Loader(Stream(), batch_size=3)
+    stream.collate_fn = _double
+    assert [b.tolist() for b in stream] == [[0, 2, 4], [6, 8, 10]]
+
+
+def test_multiprocessing_context_setter_is_torchs() -> None:
+    loader = Loader(Squares(8), num_workers=1)
+    loader.multiprocessing_context = "spawn"
+    assert loader.multiprocessing_context.get_start_method() == "spawn"
+    with pytest.raises(ValueError, match="start method"):
+        loader.multiprocessing_context = "no-such-method"
+
+
+@pytest.mark.parametrize("method", multiprocessing.get_all_start_methods())
+def test_every_start_method_is_accepted(method: str) -> None:
+    loader = Loader(Squares(8), batch_size=4, num_workers=1, multiprocessing_context=method)
+    assert loader.multiprocessing_context.get_start_method() == method
+    assert loader._engine.multiprocessing_context is loader.multiprocessing_context
+
+
+def test_spawn_is_exact_and_resumes_on_another_worker_count() -> None:
+    """Spawned workers unpickle the keyed dataset, collate and worker init; the stream is the
+    one of num_workers=0, and a state taken under spawn resumes on another worker count."""
+
+    def make(num_workers: int, context: str | None = None) -> seekdata.StatefulDataLoader:
+        return Loader(
+            GlobalRNGAug(12), batch_size=3, shuffle=True, seed=4, num_workers=num_workers,
+            multiprocessing_context=context,
+        )  # fmt: skip
+
+    reference = list(make(0))
+    spawned = make(2, "spawn")
+    it = iter(spawned)
+    head = [next(it) for _ in range(2)]
+    state = spawned.state_dict()
+    del it
+    resumed = make(1, "spawn")
+    resumed.load_state_dict(state)
+    assert batches_equal(reference, head + list(resumed))
+
+
+class Bulk(torch.utils.data.Dataset):
+    """torch's bulk-loading pattern: __getitem__ takes a list of indices."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, indices: list[int]) -> torch.Tensor:
+        return torch.tensor(indices, dtype=torch.float64) + torch.rand(len(indices))
+
+
+class Chunks(torch.utils.data.Sampler[list[int]]):
+    def __iter__(self) -> Any:
+        return iter([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
+
+    def __len__(self) -> int:
+        return 3
+
+
+def test_bulk_loading_sampler_with_batch_size_none() -> None:
+    def make(num_workers: int = 0) -> seekdata.StatefulDataLoader:
+        return Loader(Bulk(), batch_size=None, sampler=Chunks(), num_workers=num_workers)
+
+    torch.manual_seed(0)
+    ours = list(make())
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(after, torch.rand(1))  # the caller's global RNG is left as it was
+    theirs = list(torch.utils.data.DataLoader(Bulk(), batch_size=None, sampler=Chunks()))
+    assert [b.floor().tolist() for b in ours] == [b.floor().tolist() for b in theirs]
+    assert all(torch.equal(a, b) for a, b in zip(ours, list(make(2)), strict=True))
+    interrupted = make()
+    it = iter(interrupted)
+    next(it)
+    state = interrupted.state_dict()
+    del it
+    resumed = make(1)
+    with warnings.catch_warnings():  # warned once per process: "cannot seek, replays indices"
+        warnings.simplefilter("ignore", UserWarning)
+        resumed.load_state_dict(state)
+        rest = list(resumed)
+    assert all(torch.equal(a, b) for a, b in zip(ours[1:], rest, strict=True))
+
+
+class Growing(torch.utils.data.Dataset):
+    def __init__(self) -> None:
+        self.n = 6
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_len_follows_the_dataset(drop_last: bool) -> None:
+    data = Growing()
+    ours = Loader(data, batch_size=4, drop_last=drop_last)
+    theirs = torch.utils.data.DataLoader(data, batch_size=4, drop_last=drop_last)
+    assert len(ours) == len(theirs) == (1 if drop_last else 2)
+    data.n = 9
+    assert len(ours) == len(theirs) == (2 if drop_last else 3)
+    flat = [int(i) for b in ours for i in b]
+    assert flat == [int(i) for b in theirs for i in b] == list(range(8 if drop_last else 9))
+
+
+def test_len_change_in_the_middle_of_an_epoch_is_refused() -> None:
+    data = Growing()
+    loader = Loader(data, batch_size=2)
+    it = iter(loader)
+    next(it)
+    del it
+    data.n = 8
+    assert len(loader) == 4
+    with pytest.raises(ValueError, match="middle of epoch 0"):
+        iter(loader)
+    loader.set_epoch(1)
+    assert [int(i) for b in loader for i in b] == list(range(8))
+
+
+def test_generic_subscription() -> None:
+    alias = Loader[int]
+    assert typing.get_origin(alias) is Loader
+    assert typing.get_args(alias) == (int,)
+    assert isinstance(Loader(Squares(4)), torch.utils.data.DataLoader)
