@@ -292,3 +292,65 @@ def test_generic_subscription() -> None:
     assert typing.get_origin(alias) is Loader
     assert typing.get_args(alias) == (int,)
     assert isinstance(Loader(Squares(4)), torch.utils.data.DataLoader)
+
+
+class Configured(torch.utils.data.Dataset):
+    """Configured per worker from worker_init_fn through get_worker_info().dataset."""
+
+    value = -1
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        return self.value
+
+
+def _configure(worker_id: int) -> None:
+    info = torch.utils.data.get_worker_info()
+    assert info is not None and isinstance(info.dataset, Configured)
+    info.dataset.value = 100 + worker_id
+
+
+def test_worker_info_dataset_is_the_users_dataset() -> None:
+    """torch hands worker_init_fn the worker's copy of *the user's* dataset (not a wrapper)."""
+    loader = Loader(Configured(), batch_size=2, num_workers=2, worker_init_fn=_configure)
+    assert sorted(int(x) for b in loader for x in b) == [100, 100, 101, 101]
+
+
+def test_iterator_exposes_torchs_iterator_attributes() -> None:
+    loader = Loader(Squares(8), batch_size=2, num_workers=2)
+    it = iter(loader)
+    assert len(it._workers) == 2  # tests and tools reach for the workers, as with torch
+    next(it)
+    with pytest.raises(AttributeError):
+        _ = it.no_such_attribute
+    del it
+
+
+@pytest.mark.parametrize(
+    ("kind", "kwargs", "torch_says"),
+    [
+        ("map", {"num_workers": -1}, "num_workers option should be non-negative"),
+        ("map", {"timeout": -1}, "timeout option should be non-negative"),
+        ("map", {"batch_size": None, "drop_last": True}, "batch_size=None option disables"),
+        ("map", {"sampler": _sampler, "shuffle": True}, "sampler option is mutually exclusive"),
+        ("map", {"batch_sampler": _batch_sampler, "batch_size": 3}, "batch_sampler option is"),
+        ("iterable", {"shuffle": True}, "IterableDataset: expected unspecified shuffle"),
+        ("iterable", {"sampler": _sampler}, "IterableDataset: expected unspecified sampler"),
+    ],
+)
+def test_messages_start_with_torchs(kind: str, kwargs: dict[str, Any], torch_says: str) -> None:
+    """Users search for torch's wording: each message keeps it, then says what was given."""
+    for cls in (torch.utils.data.DataLoader, Loader):
+        with pytest.raises(ValueError, match=torch_says):
+            _build(cls, kind, kwargs)
+
+
+def test_shuffle_reaches_an_iterdatapipe() -> None:
+    """torch accepts shuffle= with an IterDataPipe and applies it to the pipe's shufflers."""
+    pipe = torch.utils.data.datapipes.iter.IterableWrapper(range(20)).shuffle()
+    unshuffled = Loader(pipe, batch_size=None, shuffle=False)
+    assert [int(x) for x in unshuffled] == list(range(20))
+    shuffled = [int(x) for x in Loader(pipe, batch_size=None, shuffle=True)]
+    assert sorted(shuffled) == list(range(20)) and shuffled != list(range(20))

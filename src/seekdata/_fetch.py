@@ -179,5 +179,10 @@ class WorkerInit:
     def __call__(self, worker_id: int) -> None:
         if hasattr(signal, "SIGUSR1"):
             signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        info = torch.utils.data.get_worker_info()
+        if info is not None and isinstance(info.dataset, KeyedDataset):
+            # get_worker_info().dataset is the user's dataset (this worker's copy), as in torch;
+            # WorkerInfo refuses assignment, hence object.__setattr__
+            object.__setattr__(info, "dataset", info.dataset.dataset)
         if self.user_fn is not None:
             self.user_fn(worker_id)

@@ -58,37 +58,46 @@ def check_torch_args(
 ) -> int | None:
     """Reject what ``torch.utils.data.DataLoader.__init__`` rejects, in torch's order and with
     its exception types; return ``prefetch_factor`` as torch sets it (2 with workers)."""
-    where = "StatefulDataLoader"
+    where = "StatefulDataLoader"  # each message starts with torch's, which users search for
     if num_workers < 0:
         raise ValueError(
-            f"{where}: num_workers must be >= 0; got {num_workers}; pass 0 to load in this process"
+            f"{where}: num_workers option should be non-negative; got {num_workers}; use "
+            f"num_workers=0 to disable multiprocessing"
         )
     if timeout < 0:
-        raise ValueError(f"{where}: timeout must be >= 0; got {timeout}; pass 0 to wait forever")
+        raise ValueError(
+            f"{where}: timeout option should be non-negative; got {timeout}; pass 0 to wait "
+            f"without a limit"
+        )
     if num_workers == 0 and prefetch_factor is not None:
         raise ValueError(
-            f"{where}: prefetch_factor needs worker processes; got prefetch_factor="
-            f"{prefetch_factor} with num_workers=0; pass num_workers > 0 or prefetch_factor=None"
+            f"{where}: prefetch_factor option could only be specified in multiprocessing; got "
+            f"prefetch_factor={prefetch_factor} with num_workers=0; pass num_workers > 0, or "
+            f"prefetch_factor=None"
         )
     if num_workers > 0 and prefetch_factor is None:
         prefetch_factor = 2
     elif prefetch_factor is not None and prefetch_factor < 0:
-        raise ValueError(f"{where}: prefetch_factor must be >= 0; got {prefetch_factor}")
+        raise ValueError(
+            f"{where}: prefetch_factor option should be non-negative; got {prefetch_factor}"
+        )
     if persistent_workers and num_workers == 0:
         raise ValueError(
-            f"{where}: persistent_workers needs num_workers > 0; got num_workers=0; pass "
-            f"num_workers > 0 or persistent_workers=False"
+            f"{where}: persistent_workers option needs num_workers > 0; got num_workers=0; "
+            f"pass num_workers > 0, or persistent_workers=False"
         )
     if isinstance(dataset, torch.utils.data.IterableDataset):
+        pipe = isinstance(dataset, torch.utils.data.IterDataPipe)  # torch applies shuffle to it
         for name, value, unset in (
-            ("shuffle", shuffle, shuffle in (False, None)),
+            ("shuffle", shuffle, shuffle in (False, None) or pipe),
             ("sampler", sampler, sampler is None),
             ("batch_sampler", batch_sampler, batch_sampler is None),
         ):
             if not unset:
                 raise ValueError(
-                    f"{where}: an IterableDataset decides its own order, so {name} must be "
-                    f"unset; got {name}={value!r}; shuffle inside the dataset"
+                    f"{where}: DataLoader with IterableDataset: expected unspecified {name} "
+                    f"option, but got {name}={value!r}; an IterableDataset decides its own "
+                    f"order (shuffle inside the dataset)"
                 )
     if sampler is not None and shuffle:
         raise ValueError(
@@ -107,6 +116,10 @@ def check_torch_args(
         raise ValueError(
             f"{where}: batch_size=None option disables auto-batching and is mutually exclusive "
             f"with drop_last; pass drop_last=False, or a batch_size"
+        )
+    if batch_sampler is None and batch_size is not None and not isinstance(drop_last, bool):
+        raise ValueError(  # torch's BatchSampler raises ValueError here
+            f"{where}: drop_last should be a boolean value; got {drop_last!r}"
         )
     return prefetch_factor
 
@@ -219,6 +232,8 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             in_order=in_order,
         )
         if isinstance(dataset, torch.utils.data.IterableDataset):
+            if isinstance(dataset, torch.utils.data.IterDataPipe) and shuffle is not None:
+                torch.utils.data.graph_settings.apply_shuffle_settings(dataset, shuffle=shuffle)
             self.sampler: Any = None
             self.batch_sampler: Any = None
             self.collate_fn = collate_fn or torch.utils.data.default_collate
@@ -440,3 +455,9 @@ class _LoaderIter:
 
     def __len__(self) -> int:
         return int(self._loader._plan.num_batches)
+
+    def __getattr__(self, name: str) -> Any:  # torch's iterator attributes (_workers, ...)
+        engine_iter = self.__dict__.get("_engine_iter")
+        if engine_iter is None:
+            raise AttributeError(name)
+        return getattr(engine_iter, name)
