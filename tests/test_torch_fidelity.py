@@ -373,3 +373,21 @@ def test_spawn_iterable_dataset_matches_fork() -> None:
         for kw in ({"multiprocessing_context": "spawn"}, {"multiprocessing_context": "fork"})
     ]
     assert runs[0] == runs[1] and len(runs[0]) == 4
+
+
+class Keyed(torch.utils.data.Dataset):
+    """A dict-like dataset indexed by string keys."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, key: str) -> int:
+        return {"a": 1, "b": 2}[key]
+
+
+def test_non_integer_keys() -> None:
+    """Without batching, whatever the sampler yields reaches the dataset, as in torch; with
+    batching, keys must be integers (they key each sample's randomness) and the error says so."""
+    assert list(Loader(Keyed(), batch_size=None, sampler=["a", "b"])) == [1, 2]
+    with pytest.raises(TypeError, match="must yield integer indices"):
+        list(Loader(Keyed(), batch_size=2, sampler=["a", "b"]))
