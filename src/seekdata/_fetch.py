@@ -55,10 +55,27 @@ class KeyedDataset(torch.utils.data.Dataset):
     def __getitem__(self, key: Any) -> Any:  # batch_size=None: one key per "batch"
         if not isinstance(key, BatchKey):
             return self.dataset[key]
+        if not isinstance(key.indices[0], int | np.integer):
+            return self._fetch_bulk(key)
         fetched = self.__getitems__(key)
         if fetched.saved is not None:  # no keyed collate follows a single sample
             rng.restore_globals(fetched.saved)
         return fetched[0]
+
+    def _fetch_bulk(self, key: BatchKey) -> Any:
+        """torch's bulk loading (batch_size=None, a sampler yielding lists of indices): the
+        dataset fetches many samples in one call, so global RNG is keyed by the batch, as
+        during collation; there is no single sample for sample_rng()."""
+        saved = None
+        if self.reseed:
+            if torch.utils.data.get_worker_info() is None:  # num_workers=0: the caller's RNG
+                saved = _globalrng.save(self.reseed)
+            _seed_globals_for_batch(self.seed, key, self.reseed)
+        try:
+            return self.dataset[key.indices[0]]
+        finally:
+            if saved is not None:
+                _globalrng.restore(saved)
 
     def __getitems__(self, key: BatchKey) -> _Fetched:
         reseed = self.reseed
@@ -119,7 +136,10 @@ _SEEDERS: dict[str, Callable[[int], Any]] = {
 
 
 def _batch_counters(key: BatchKey) -> tuple[int, int, int, int]:
-    digest = zlib.crc32(np.asarray(key.indices, dtype=np.int64).tobytes())
+    try:
+        digest = zlib.crc32(np.asarray(key.indices, dtype=np.int64).tobytes())
+    except (TypeError, ValueError):  # bulk loading: whatever the sampler yields, by its repr
+        digest = zlib.crc32(repr(key.indices).encode())
     return rng.BATCH, key.epoch, key.step, digest
 
 
@@ -190,5 +210,10 @@ class WorkerInit:
 
     def __call__(self, worker_id: int) -> None:
         preemption.worker_signals()
+        info = torch.utils.data.get_worker_info()
+        if info is not None and isinstance(info.dataset, KeyedDataset):
+            # get_worker_info().dataset is the user's dataset (this worker's copy), as in torch;
+            # WorkerInfo refuses assignment, hence object.__setattr__
+            object.__setattr__(info, "dataset", info.dataset.dataset)
         if self.user_fn is not None:
             self.user_fn(worker_id)

@@ -160,7 +160,15 @@ class ReplayPlan:
         for _ in range(self.done_batches):
             next(it, None)
         for j, batch in enumerate(it):
-            indices = (batch,) if self.single else tuple(int(i) for i in batch)
+            try:  # batch_size=None: one index, or a bulk-loading list, passed through as is
+                indices = (batch,) if self.single else tuple(int(i) for i in batch)
+            except (TypeError, ValueError) as e:
+                raise TypeError(
+                    f"StatefulDataLoader: with batching, the sampler must yield integer indices "
+                    f"(each keys its sample's randomness); got the batch {batch!r}; map keys to "
+                    f"integer positions, or pass batch_size=None to hand the dataset whatever "
+                    f"the sampler yields"
+                ) from e
             yield BatchKey(self.epoch, self.step0 + j, indices)
 
     def consumed(self, k: int, end: bool = False) -> None:

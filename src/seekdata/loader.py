@@ -11,7 +11,7 @@ import sys
 import warnings
 import weakref
 from collections.abc import Callable, Collection, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch.utils.data
@@ -22,11 +22,13 @@ from seekdata._fetch import BatchKey, Collate, KeyedDataset, WorkerInit
 from seekdata._iterable import IterableEngine
 from seekdata._plan import ReplayPlan, SeekPlan
 from seekdata._seed import default_seed, seed_to_adopt
+from seekdata._torch_api import FORWARDED, FROZEN, check_torch_args
 from seekdata.sampler import DistributedSampler, _check_bool, dataset_length
 
 __all__ = ["StatefulDataLoader"]
 
 _ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker base seeds)
+_T_co = TypeVar("_T_co", covariant=True)
 
 
 class _KeyBatches(torch.utils.data.Sampler[BatchKey]):
@@ -75,7 +77,7 @@ class _BatchIndices(torch.utils.data.BatchSampler):
         return int(self._loader._plan.full_len())
 
 
-class StatefulDataLoader(torch.utils.data.DataLoader):
+class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     """A drop-in for ``torch.utils.data.DataLoader`` and torchdata's ``StatefulDataLoader``.
 
     It is a ``DataLoader`` subclass, so frameworks' ``isinstance`` checks pass, and it keeps
@@ -96,7 +98,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
 
     def __init__(
         self,
-        dataset: Any,
+        dataset: torch.utils.data.Dataset[_T_co],
         batch_size: int | None = 1,
         shuffle: bool | None = None,
         sampler: Any = None,
@@ -120,6 +122,12 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         snapshot_every_n_steps: int | None = 1,
     ) -> None:
         where = "StatefulDataLoader"
+        prefetch_factor = check_torch_args(
+            dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, drop_last,
+            timeout, prefetch_factor, persistent_workers,
+        )  # fmt: skip
+        if batch_sampler is not None:
+            batch_size, drop_last = None, False  # torch's rule: the batch sampler decides both
         self._iterable: IterableEngine | None = None
         self.dataset = dataset
         self._seed_explicit = seed is not None  # else the checkpoint's seed wins at load
@@ -165,9 +173,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
             )
         self.batch_size = batch_size
         self.generator = None
-        self.multiprocessing_context = multiprocessing_context
+        self.num_workers = num_workers  # before multiprocessing_context: torch's setter reads it
+        self.multiprocessing_context = multiprocessing_context  # torch's setter: str -> context
         self.pin_memory_device = pin_memory_device
-        self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
@@ -180,19 +188,15 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
             num_workers=num_workers,
             pin_memory=pin_memory,
             timeout=timeout,
-            multiprocessing_context=multiprocessing_context,
+            multiprocessing_context=self.multiprocessing_context,
             prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers,
             pin_memory_device=pin_memory_device,
             in_order=in_order,
         )
         if isinstance(dataset, torch.utils.data.IterableDataset):
-            if sampler is not None or batch_sampler is not None or shuffle:
-                raise ValueError(
-                    f"{where}: an IterableDataset decides its own order, so sampler, "
-                    f"batch_sampler and shuffle must be unset; got sampler={sampler!r}, "
-                    f"batch_sampler={batch_sampler!r}, shuffle={shuffle!r}"
-                )
+            if isinstance(dataset, torch.utils.data.IterDataPipe) and shuffle is not None:
+                torch.utils.data.graph_settings.apply_shuffle_settings(dataset, shuffle=shuffle)
             self.sampler: Any = None
             self._batch_sampler: Any = None
             self.collate_fn = collate_fn or torch.utils.data.default_collate
@@ -208,6 +212,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
                     **engine_options,
                 ),
             )
+            self._initialized = True
             return
         n = dataset_length(dataset, where)
         self._plan: Any
@@ -240,7 +245,11 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         else:
             self._plan = ReplayPlan(sampler, batch_sampler, batch_size, self.drop_last, n, where)
             # the user's batch sampler, or the torch BatchSampler over the user's sampler
-            self._batch_sampler = None if batch_size is None else self._plan.batches_of
+            self._batch_sampler = (
+                batch_sampler
+                if batch_sampler is not None
+                else (None if batch_size is None else self._plan.batches_of)
+            )
         self._keyed = KeyedDataset(dataset, self.seed, self.reseed_global_rng)
         collate = collate_fn
         if collate is None:
@@ -264,12 +273,68 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
             generator=engine_generator,
             **engine_options,
         )
+        self._initialized = True
+
+    # --- torch's attribute rules ----------------------------------------------------------------
+
+    def __setattr__(self, attr: str, val: Any) -> None:
+        if not self.__dict__.get("_initialized", False):
+            super().__setattr__(attr, val)
+            return
+        if attr in FROZEN:
+            raise ValueError(
+                f"{attr} attribute should not be set after {type(self).__name__} is "
+                f"initialized: it defines the stream (torch refuses it too); got {attr}="
+                f"{val!r}; build a new loader with it"
+            )
+        super().__setattr__(attr, val)  # multiprocessing_context: torch's validating setter
+        if attr in FORWARDED:  # torch reads these at iter(): so does the engine
+            value = getattr(self, attr)
+            if self._iterable is not None:
+                if attr == "worker_init_fn":
+                    self._iterable.seeder.user_fn = value
+                    return
+                if attr == "num_workers":
+                    self._iterable.num_workers = value
+                setattr(self._iterable.engine, attr, value)
+                return
+            if attr == "worker_init_fn":
+                value = WorkerInit(value)
+            elif attr == "collate_fn":
+                value = Collate(value, self.batch_transform, self.seed, self.reseed_global_rng)
+            setattr(self._engine, attr, value)
+
+    def _resized_sampler(self) -> DistributedSampler | None:
+        """torch's default samplers read len(dataset) at every iter() and len(); the loader's
+        own sampler does too: rebuilt (same seed, epoch and epoch-end flags) when it changed."""
+        old = self._plan.sampler if self._owns_sampler else None
+        if old is None or dataset_length(self.dataset, "StatefulDataLoader") == old.n:
+            return None
+        new = DistributedSampler(self.dataset, 1, 0, shuffle=old.shuffle, seed=old.seed)
+        new.epoch, new._explicit, new._exhausted = old.epoch, old._explicit, old._exhausted
+        new.position = new.n if old.position >= old.n else 0
+        return new
 
     # --- iteration ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not torch's iterator class
         if self._iterable is not None:
             return iter(self._iterable)
+        resized = self._resized_sampler()
+        if resized is not None:
+            old = self._plan.sampler
+            if 0 < old.position < old.n:
+                raise ValueError(
+                    f"StatefulDataLoader: len(dataset) changed from {old.n} to {resized.n} in "
+                    f"the middle of epoch {old.epoch} (at position {old.position}), where the "
+                    f"cursor counts the old length; finish the epoch, or call "
+                    f"set_epoch({old.epoch + 1}), before iterating"
+                )
+            if self.sampler is old:
+                super().__setattr__("sampler", resized)
+            self._plan = SeekPlan(resized, self._plan.batch_size, self.drop_last)
+            if self._batch_sampler is not None:
+                self._batch_sampler = _BatchIndices(self, resized)
         it = _LoaderIter(self)  # plans the epoch at its first next(), as torch reads the sampler
         self._live = weakref.ref(it)
         return it
@@ -278,7 +343,10 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         """Batches in a full epoch on this rank, as torch's DataLoader counts them."""
         if self._iterable is not None:
             return len(self._iterable.engine)
-        return int(self._plan.full_len())
+        resized = self._resized_sampler()
+        if resized is None:
+            return int(self._plan.full_len())
+        return SeekPlan(resized, self._plan.batch_size, self.drop_last).full_len()
 
     def set_epoch(self, epoch: int) -> None:
         """Same rules as ``DistributedSampler.set_epoch``: keeps the position of a restored
@@ -452,3 +520,11 @@ class _LoaderIter:
         if self._engine_iter is None:
             self._start()
         return int(self._loader._plan.num_batches)
+
+    def __getattr__(self, name: str) -> Any:  # torch's iterator attributes (_workers, ...)
+        if name.startswith("__") or "_engine_iter" not in self.__dict__:
+            raise AttributeError(name)
+        engine_iter = self.__dict__["_engine_iter"]
+        if engine_iter is None:  # torch's iterator exists from iter(): start ours to answer
+            engine_iter = self._start()
+        return getattr(engine_iter, name)

@@ -1,0 +1,108 @@
+"""torch's DataLoader rules that the loader keeps: which arguments it refuses, which
+attributes are frozen after construction and which are read again at every ``iter()``.
+
+Written once here so that ``StatefulDataLoader`` behaves as ``torch.utils.data.DataLoader``
+for every argument combination, with torch's exception types and wording.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.utils.data
+
+# torch's DataLoader.__setattr__ refuses these after construction: they define the stream
+FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+# torch reads these at every iter(), so assigning them takes effect at the next iter(): the
+# loader forwards them to its engine
+FORWARDED = (
+    "num_workers",
+    "pin_memory",
+    "timeout",
+    "prefetch_factor",
+    "in_order",
+    "pin_memory_device",
+    "multiprocessing_context",
+    "worker_init_fn",
+    "collate_fn",
+)
+
+
+def check_torch_args(
+    dataset: Any,
+    batch_size: int | None,
+    shuffle: bool | None,
+    sampler: Any,
+    batch_sampler: Any,
+    num_workers: int,
+    drop_last: bool,
+    timeout: float,
+    prefetch_factor: int | None,
+    persistent_workers: bool,
+) -> int | None:
+    """Reject what ``torch.utils.data.DataLoader.__init__`` rejects, in torch's order and with
+    its exception types; return ``prefetch_factor`` as torch sets it (2 with workers)."""
+    where = "StatefulDataLoader"  # each message starts with torch's, which users search for
+    if num_workers < 0:
+        raise ValueError(
+            f"{where}: num_workers option should be non-negative; got {num_workers}; use "
+            f"num_workers=0 to disable multiprocessing"
+        )
+    if timeout < 0:
+        raise ValueError(
+            f"{where}: timeout option should be non-negative; got {timeout}; pass 0 to wait "
+            f"without a limit"
+        )
+    if num_workers == 0 and prefetch_factor is not None:
+        raise ValueError(
+            f"{where}: prefetch_factor option could only be specified in multiprocessing; got "
+            f"prefetch_factor={prefetch_factor} with num_workers=0; pass num_workers > 0, or "
+            f"prefetch_factor=None"
+        )
+    if num_workers > 0 and prefetch_factor is None:
+        prefetch_factor = 2
+    elif prefetch_factor is not None and prefetch_factor < 0:
+        raise ValueError(
+            f"{where}: prefetch_factor option should be non-negative; got {prefetch_factor}"
+        )
+    if persistent_workers and num_workers == 0:
+        raise ValueError(
+            f"{where}: persistent_workers option needs num_workers > 0; got num_workers=0; "
+            f"pass num_workers > 0, or persistent_workers=False"
+        )
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        pipe = isinstance(dataset, torch.utils.data.IterDataPipe)  # torch applies shuffle to it
+        for name, value, unset in (
+            ("shuffle", shuffle, shuffle in (False, None) or pipe),
+            ("sampler", sampler, sampler is None),
+            ("batch_sampler", batch_sampler, batch_sampler is None),
+        ):
+            if not unset:
+                raise ValueError(
+                    f"{where}: DataLoader with IterableDataset: expected unspecified {name} "
+                    f"option, but got {name}={value!r}; an IterableDataset decides its own "
+                    f"order (shuffle inside the dataset)"
+                )
+    if sampler is not None and shuffle:
+        raise ValueError(
+            f"{where}: sampler option is mutually exclusive with shuffle; got shuffle={shuffle} "
+            f"and a sampler; shuffle in the sampler (seekdata.DistributedSampler(shuffle=True))"
+        )
+    if batch_sampler is not None and (
+        batch_size != 1 or shuffle or sampler is not None or drop_last
+    ):
+        raise ValueError(
+            f"{where}: batch_sampler option is mutually exclusive with batch_size, shuffle, "
+            f"sampler and drop_last; got batch_size={batch_size}, shuffle={shuffle}, "
+            f"sampler={type(sampler).__name__}, drop_last={drop_last}; pass only batch_sampler"
+        )
+    if batch_sampler is None and batch_size is None and drop_last:
+        raise ValueError(
+            f"{where}: batch_size=None option disables auto-batching and is mutually exclusive "
+            f"with drop_last; pass drop_last=False, or a batch_size"
+        )
+    if batch_sampler is None and batch_size is not None and not isinstance(drop_last, bool):
+        raise ValueError(  # torch's BatchSampler raises ValueError here
+            f"{where}: drop_last should be a boolean value; got {drop_last!r}"
+        )
+    return prefetch_factor
