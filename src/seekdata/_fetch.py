@@ -9,7 +9,6 @@ the batch-level transform with its (seed, epoch, step) stream, in the worker.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,7 +85,7 @@ class KeyedDataset(torch.utils.data.Dataset):
         out.key = key
         indices = key.indices
         getitem, append = self.dataset.__getitem__, out.append
-        fetch = rng._fetch  # the hot loop: enter_sample inlined, the batch's key set once
+        fetch = rng.current  # the hot loop: enter_sample inlined, the batch's key set once
         fetch.seed, fetch.epoch = self.seed, key.epoch
         now = fetch.now  # [index, fresh]: list items, far cheaper than thread-local attributes
         try:
@@ -98,25 +97,23 @@ class KeyedDataset(torch.utils.data.Dataset):
             else:
                 torch_col, np_col, py_col = rng.seed_columns(self.seed, key.epoch, indices)
                 if reseed == _globalrng.GENERATORS:
-                    torch_seed, np_seed = rng._torch_seed, rng._np_seed
-                    py_cseed, py_inst = rng._py_cseed, rng._py_inst
+                    # rng.seed_globals((a, b, c)), inlined: a call per sample costs ~2%
+                    torch_seed, np_seed, py_cseed, py_inst = _globalrng.inline_seeders()
                     for index, a, b, c in zip(indices, torch_col, np_col, py_col, strict=True):
                         now[0] = index
                         now[1] = True
                         torch_seed(a)
                         np_seed(b)
                         py_cseed(py_inst, c)
-                        py_inst.gauss_next = None  # as random.seed does
+                        py_inst.gauss_next = None
                         append(getitem(index))
                 else:
-                    cols = (torch_col, np_col, py_col)
-                    columns = dict(zip(_globalrng.GENERATORS, cols, strict=True))
-                    calls = [(_SEEDERS[name], columns[name]) for name in reseed]
-                    for i, index in enumerate(indices):
+                    seed_globals = rng.seed_globals
+                    rows = zip(torch_col, np_col, py_col, strict=True)
+                    for index, row in zip(indices, rows, strict=True):
                         now[0] = index
                         now[1] = True
-                        for seeder, column in calls:
-                            seeder(column[i])
+                        seed_globals(row, reseed)
                         append(getitem(index))
         except BaseException:
             if saved is not None:
@@ -128,37 +125,16 @@ class KeyedDataset(torch.utils.data.Dataset):
         return out
 
 
-_SEEDERS: dict[str, Callable[[int], Any]] = {
-    "torch": rng._torch_seed,
-    "numpy": rng._np_seed,
-    "random": rng._py_seed,
-}
-
-
-def _batch_counters(key: BatchKey) -> tuple[int, int, int, int]:
-    try:
-        digest = zlib.crc32(np.asarray(key.indices, dtype=np.int64).tobytes())
-    except (TypeError, ValueError):  # bulk loading: whatever the sampler yields, by its repr
-        digest = zlib.crc32(repr(key.indices).encode())
-    return rng.BATCH, key.epoch, key.step, digest
-
-
 def batch_generator(seed: int, key: BatchKey) -> np.random.Generator:
-    """The stream of a batch-level transform: (seed, BATCH, epoch, step, hash of the indices).
-
-    The indices enter as a hash, so ranks at the same step draw differently, and the draw is
-    a function of the batch's content rather than of the world size.
-    """
-    return rng.numpy_generator(seed, *_batch_counters(key))
+    """The stream of a batch-level transform: :func:`seekdata.rng.batch_generator` of the key
+    (the loader's indices are its own, so they are not checked again)."""
+    return rng.numpy_generator(seed, *rng.batch_counters(key.epoch, key.step, key.indices))
 
 
 def _seed_globals_for_batch(seed: int, key: BatchKey, reseed: tuple[str, ...]) -> None:
     """Global RNG during collation (e.g. a collator's random masking): keyed by the batch."""
-    _, epoch, step, digest = _batch_counters(key)
-    seeds = rng.batch_seeds(seed, epoch, step, digest)
-    for name, value in zip(_globalrng.GENERATORS, seeds, strict=True):
-        if name in reseed:
-            _SEEDERS[name](value)
+    _, epoch, step, digest = rng.batch_counters(key.epoch, key.step, key.indices)
+    rng.seed_globals(rng.batch_seeds(seed, epoch, step, digest), reseed)
 
 
 #: Collate functions that draw no randomness: reseeding global RNG before them is unobservable

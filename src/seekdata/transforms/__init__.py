@@ -12,6 +12,7 @@ name), so adding a step leaves the others' randomness unchanged; see
 ``seekdata.transforms._compose`` for the derivation.
 """
 
+from seekdata.rng import batch_generator
 from seekdata.transforms._compose import Compose, RandomApply, RandomChoice, Transform
 from seekdata.transforms._geometric import (
     RandomCrop,
@@ -22,7 +23,7 @@ from seekdata.transforms._geometric import (
 )
 from seekdata.transforms._intensity import ColorJitter, GaussianNoise
 from seekdata.transforms._masking import RandomErasing, TokenMask
-from seekdata.transforms._mix import CutMix, MixUp, batch_generator
+from seekdata.transforms._mix import CutMix, MixUp
 from seekdata.transforms._wrap import TransformedDataset, from_global_rng
 
 __all__ = [
