@@ -13,7 +13,7 @@ import pytest
 import webdataset as wds
 
 import seekdata._tarindex as tarindex
-from seekdata.cli import build_parser, main
+from seekdata.tools.cli import build_parser, main
 from seekdata.wds import TarShards
 
 
@@ -131,7 +131,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_runs_as_a_module(tmp_path: pathlib.Path) -> None:
     pattern = write_shards(tmp_path, n_shards=2)
     done = subprocess.run(
-        [sys.executable, "-m", "seekdata.cli", "index", pattern],
+        [sys.executable, "-m", "seekdata.tools.cli", "index", pattern],
         capture_output=True,
         text=True,
         timeout=120,

@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from seekdata import verify
+from seekdata.tools import verify
 
 FACTORIES = pathlib.Path(__file__).with_name("_verify_factories.py")
 
@@ -91,7 +91,7 @@ def test_a_time_seeded_loader_is_caught(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_python_dash_m_runs_the_command(tmp_path: pathlib.Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "seekdata.verify", "no_colon"],
+        [sys.executable, "-m", "seekdata.tools.verify", "no_colon"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

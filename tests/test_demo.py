@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from seekdata import demo
+from seekdata.tools import demo
 
 
 def test_sigkill_three_times_and_resume_is_bit_identical(tmp_path) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from seekdata import _pickles
 from seekdata import state as S
+from seekdata.tools import _command
 
 __all__ = ["add_parser", "find_states", "fingerprint", "main", "read_checkpoint", "run"]
 
@@ -399,10 +400,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m seekdata.inspection ...``: the same as ``seekdata inspect ...``."""
-    from seekdata import cli
-
-    return cli.main(["inspect", *(sys.argv[1:] if argv is None else argv)])
+    """``python -m seekdata.tools.inspection ...``: the same as ``seekdata inspect ...``."""
+    return _command.main_of("inspect", add_parser, argv)
 
 
 if __name__ == "__main__":

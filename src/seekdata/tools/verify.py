@@ -33,10 +33,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from seekdata.tools import _command
+
 __all__ = ["add_parser", "main", "run"]
 
 _STOPS_TAG = 0x53544F50  # "STOP": key of the generator that draws the stop points
-_CHILD = "import sys; from seekdata.verify import _child; sys.exit(_child(sys.argv[1]))"
+_CHILD = "import sys; from seekdata.tools.verify import _child; sys.exit(_child(sys.argv[1]))"
 _CAUSES = (
     "common causes: randomness outside seekdata's counters (a RandomState or Generator made "
     "in __init__, a seed from time or the pid), state kept in the dataset or collate_fn, or a "
@@ -308,24 +310,19 @@ def _build(factory: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, An
 def _loop(
     loader: Any, job: dict[str, Any], start: dict[str, Any], on_batch: Callable[..., bool]
 ) -> int:
-    """The training loop stand-in from the counters in ``start`` (epoch, in_epoch, steps).
+    """:func:`seekdata.testing.run_loop` from the counters in ``start`` (epoch, in_epoch,
+    steps), ``job``'s epochs and per-epoch limit. Returns the steps done."""
+    from seekdata.testing import run_loop
 
-    ``on_batch(batch, epoch, k, steps)`` runs after each batch and, with batch None, after each
-    epoch's loop; it returns True to stop. Returns the steps done.
-    """
-    limit, step = job["limit"], start["steps"]
-    for epoch in range(start["epoch"], job["epochs"]):
-        if hasattr(loader, "set_epoch"):
-            loader.set_epoch(epoch)
-        k = start["in_epoch"] if epoch == start["epoch"] else 0
-        for batch in loader if limit is None or k < limit else ():
-            k, step = k + 1, step + 1
-            if on_batch(batch, epoch, k, step):
-                return step
-            if limit is not None and k >= limit:
-                break
-        on_batch(None, epoch + 1, 0, step)
-    return step
+    return run_loop(
+        loader,
+        range(start["epoch"], job["epochs"]),
+        on_batch,
+        set_epoch=hasattr(loader, "set_epoch"),
+        limit=job["limit"],
+        in_epoch=start["in_epoch"],
+        steps=start["steps"],
+    )
 
 
 def _state(loader: Any) -> Any:
@@ -401,10 +398,8 @@ def _resume(job: dict[str, Any], tmp: Path, loader: Any, step_fn: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m seekdata.verify ...``: the same as ``seekdata verify ...``."""
-    from seekdata import cli
-
-    return cli.main(["verify", *(sys.argv[1:] if argv is None else argv)])
+    """``python -m seekdata.tools.verify ...``: the same as ``seekdata verify ...``."""
+    return _command.main_of("verify", add_parser, argv)
 
 
 if __name__ == "__main__":
