@@ -1,7 +1,7 @@
 """``seekdata bench``: the quick run writes its JSON and plot; bad arguments are usage errors.
 
-The command is reached through :func:`seekdata.tools.bench.add_parser` on a parser of our own, so the
-test does not depend on how ``seekdata.tools.cli`` wires it. No timing is asserted.
+The command is reached through :func:`seekdata.tools.bench.add_parser` on a parser of our own,
+so the test does not depend on how ``seekdata.tools.cli`` wires it. No timing is asserted.
 """
 
 from __future__ import annotations

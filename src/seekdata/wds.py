@@ -31,7 +31,7 @@ import torch
 from torch.utils.data import Dataset
 from webdataset import autodecode
 
-from . import _tarcheck, _tarindex
+from . import _shardurls, _tarcheck, _tarindex
 from ._tarindex import Shard
 
 __all__ = ["TarShards"]
@@ -100,7 +100,7 @@ class TarShards(Dataset[dict[str, Any]]):
         self._decode_spec = decode
         self._allow_pickle = allow_pickle
         self._shards: list[Shard] = _tarindex.index_shards(
-            _tarindex.expand_urls(urls),
+            _shardurls.expand_urls(urls),
             index_dir=None if index_dir is None else os.fspath(index_dir),
             allow_pipe=allow_pipe,
             rebuild=rebuild_index,

@@ -62,11 +62,11 @@ def _add_index(subparsers: _Subparsers) -> None:
 
 
 def _run_index(args: argparse.Namespace) -> int:
-    from seekdata import _tarindex
+    from seekdata import _shardurls, _tarindex
 
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    urls = [url for pattern in args.urls for url in _tarindex.expand_urls(pattern)]
+    urls = [url for pattern in args.urls for url in _shardurls.expand_urls(pattern)]
     shards = _tarindex.index_shards(
         urls,
         index_dir=args.index_dir,
