@@ -4,7 +4,8 @@ The loader's batch sampler yields :class:`BatchKey` objects instead of index lis
 map-style fetcher hands each one to ``dataset.__getitems__`` (public since torch 2.0), which
 here fetches every sample with global RNG seeded from (seed, epoch, index) and
 :func:`seekdata.sample_rng` pointing at the sample's stream. The collate wrapper then applies
-the batch-level transform with its (seed, epoch, step) stream, in the worker.
+the batch-level transform with the batch's stream (seed, BATCH, epoch, step, digest of the
+indices), in the worker. Every key and seed comes from :mod:`seekdata.rng` (rng.STREAMS).
 """
 
 from __future__ import annotations
@@ -125,12 +126,6 @@ class KeyedDataset(torch.utils.data.Dataset):
         return out
 
 
-def batch_generator(seed: int, key: BatchKey) -> np.random.Generator:
-    """The stream of a batch-level transform: :func:`seekdata.rng.batch_generator` of the key
-    (the loader's indices are its own, so they are not checked again)."""
-    return rng.numpy_generator(seed, *rng.batch_counters(key.epoch, key.step, key.indices))
-
-
 def _seed_globals_for_batch(seed: int, key: BatchKey, reseed: tuple[str, ...]) -> None:
     """Global RNG during collation (e.g. a collator's random masking): keyed by the batch."""
     _, epoch, step, digest = rng.batch_counters(key.epoch, key.step, key.indices)
@@ -169,7 +164,10 @@ class Collate:
             # torch's collate functions take the list as is; a user's gets a plain list
             batch = self.collate_fn(data if self._randomless else list(data))
             if self.batch_transform is not None:
-                batch = self.batch_transform(batch, batch_generator(self.seed, data.key))
+                # rng.batch_generator's stream; the loader's own indices need no checking
+                key = data.key
+                counters = rng.batch_counters(key.epoch, key.step, key.indices)
+                batch = self.batch_transform(batch, rng.numpy_generator(self.seed, *counters))
             return batch
         finally:
             if data.saved is not None:  # num_workers=0: the caller's global RNG, as it was
