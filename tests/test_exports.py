@@ -157,3 +157,10 @@ def test_the_core_imports_neither_the_tools_nor_the_integrations() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_transforms_take_their_streams_from_rng_not_from_the_loaders_internals() -> None:
+    graph = _graph()
+    transforms = [name for name in graph if name.split(".")[:2] == ["seekdata", "transforms"]]
+    assert transforms and all("seekdata._fetch" not in graph[name] for name in transforms)
+    assert all("seekdata.rng" in graph[n] for n in ("seekdata.order", "seekdata.training"))
