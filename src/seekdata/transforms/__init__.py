@@ -4,8 +4,9 @@ A transform is a callable ``(sample, rng) -> sample`` with ``rng`` a
 ``numpy.random.Generator``. Inside a seekdata loader, :class:`TransformedDataset` passes
 the sample's stream (a pure function of seed, epoch and dataset index), so a sample gets
 the same augmentation on any worker, rank or resume. Batch transforms
-``(batch, rng) -> batch`` (:class:`MixUp`, :class:`CutMix`) get the stream of
-(seed, epoch, global step) from the loader's ``batch_transform=``.
+``(batch, rng) -> batch`` (:class:`MixUp`, :class:`CutMix`) get the batch's stream from the
+loader's ``batch_transform=``: :func:`batch_generator` (``seekdata.rng.batch_generator``),
+keyed by (seed, epoch, step on this rank, digest of the batch's indices).
 
 :class:`Compose` runs each step on its own sub-stream keyed by the step's position (or
 name), so adding a step leaves the others' randomness unchanged; see
