@@ -138,3 +138,17 @@ def test_runs_as_a_module(tmp_path: pathlib.Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "indexed 2 shards, 10 samples; indexes beside the shards\n"
+
+
+def test_the_console_script_names_the_tools_main() -> None:
+    """pyproject's ``seekdata`` script must name an importable main (tools moved under tools/)."""
+    import importlib
+    import pathlib
+
+    import tomllib
+
+    pyproject = pathlib.Path(__file__).parent.parent / "pyproject.toml"
+    target = tomllib.loads(pyproject.read_text())["project"]["scripts"]["seekdata"]
+    module, _, attr = target.partition(":")
+    assert target == "seekdata.tools.cli:main"
+    assert getattr(importlib.import_module(module), attr) is main
