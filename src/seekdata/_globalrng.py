@@ -196,6 +196,12 @@ def seed_globals(row: Sequence[int], names: tuple[str, ...] = GENERATORS) -> Non
             SEEDERS[name](value)
 
 
+def seeders(names: tuple[str, ...]) -> list[tuple[int, Callable[[int], Any]]]:
+    """(column of a seed row, seeding function) for each generator in ``names``:
+    :func:`seed_globals`'s calls, for the fetch loop to make per sample without a call."""
+    return [(GENERATORS.index(name), SEEDERS[name]) for name in names]
+
+
 def inline_seeders() -> tuple[Callable[[int], Any], Callable[[int], Any], Any, Any]:
     """:func:`seed_globals`'s body for the fetch loop to inline (a call per sample costs ~2%
     of its time): ``torch_seed(a); numpy_seed(b); random_cseed(inst, c); inst.gauss_next = None``
