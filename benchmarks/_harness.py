@@ -1,4 +1,4 @@
-"""The benchmarks' shared harness: a thin re-export of :mod:`seekdata.bench`.
+"""The benchmarks' shared harness: a thin re-export of :mod:`seekdata.tools.bench`.
 
 The harness lives in the package so that ``seekdata bench`` works from an installed package;
 the scripts in this folder import it from here. Every figure in the README, docs or a closing
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-from seekdata.bench import (
+from seekdata.tools.bench import (
     LOADERS,
     Images,
     Indices,

@@ -120,7 +120,10 @@ def breakdown() -> list[dict]:
             "sample",
         ),
         "  np.random.seed": (lambda: np.random.seed(seeds[5][1]), "sample"),
-        "  random's seed, as the loader calls it": (lambda: rng._py_seed(seeds[5][2]), "sample"),
+        "  random's seed, as the loader calls it": (
+            lambda: _globalrng.SEEDERS["random"](seeds[5][2]),
+            "sample",
+        ),
         "random.seed (with its Python wrapper)": (lambda: random.seed(seeds[5][2]), "sample"),
         "enter_sample without reseed": (lambda: rng.enter_sample(0, 0, 5, None), "sample"),
         "enter_sample + sample_rng() + one draw": (sample_rng_draw, "sample"),

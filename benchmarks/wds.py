@@ -50,7 +50,7 @@ import webdataset as wds
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _harness as H
 import seekdata
-from seekdata.cli import main as seekdata_cli
+from seekdata.tools.cli import main as seekdata_cli
 from seekdata.wds import TarShards
 
 SEED = 0

@@ -1,7 +1,7 @@
 """``seekdata bench``: the quick run writes its JSON and plot; bad arguments are usage errors.
 
-The command is reached through :func:`seekdata.bench.add_parser` on a parser of our own, so the
-test does not depend on how ``seekdata.cli`` wires it. No timing is asserted.
+The command is reached through :func:`seekdata.tools.bench.add_parser` on a parser of our own,
+so the test does not depend on how ``seekdata.tools.cli`` wires it. No timing is asserted.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from seekdata import bench
+from seekdata.tools import bench
 
 
 def parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import pytest
 import webdataset as wds
 
 import seekdata._tarindex as tarindex
-from seekdata.cli import build_parser, main
+from seekdata.tools.cli import build_parser, main
 from seekdata.wds import TarShards
 
 
@@ -131,10 +131,24 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_runs_as_a_module(tmp_path: pathlib.Path) -> None:
     pattern = write_shards(tmp_path, n_shards=2)
     done = subprocess.run(
-        [sys.executable, "-m", "seekdata.cli", "index", pattern],
+        [sys.executable, "-m", "seekdata.tools.cli", "index", pattern],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "indexed 2 shards, 10 samples; indexes beside the shards\n"
+
+
+def test_the_console_script_names_the_tools_main() -> None:
+    """pyproject's ``seekdata`` script must name an importable main (tools moved under tools/)."""
+    import importlib
+    import pathlib
+
+    import tomllib
+
+    pyproject = pathlib.Path(__file__).parent.parent / "pyproject.toml"
+    target = tomllib.loads(pyproject.read_text())["project"]["scripts"]["seekdata"]
+    module, _, attr = target.partition(":")
+    assert target == "seekdata.tools.cli:main"
+    assert getattr(importlib.import_module(module), attr) is main

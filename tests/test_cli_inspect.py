@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import seekdata
-from seekdata import checkpoint, inspection
+from seekdata import checkpoint
+from seekdata.tools import inspection
 
 
 class Opaque:

@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from seekdata import verify
+from seekdata.tools import verify
 
 FACTORIES = pathlib.Path(__file__).with_name("_verify_factories.py")
 
@@ -91,7 +91,7 @@ def test_a_time_seeded_loader_is_caught(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_python_dash_m_runs_the_command(tmp_path: pathlib.Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "seekdata.verify", "no_colon"],
+        [sys.executable, "-m", "seekdata.tools.verify", "no_colon"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -185,3 +185,35 @@ def test_add_parser_registers_verify() -> None:
     )
     assert (args.resume_workers, args.steps_per_epoch_limit, args.timeout) == (2, 7, 600.0)
     assert args.run is verify.run
+
+
+def test_run_loop_is_the_loop_of_verify_and_assert_exact_resume() -> None:
+    """One loop: epochs, a per-epoch limit, a mid-epoch start, a stop, the after-epoch call."""
+    from seekdata import testing
+    from seekdata.tools import _verify_child
+
+    epochs: list[int] = []
+
+    class Loader(list):
+        def set_epoch(self, epoch: int) -> None:
+            epochs.append(epoch)
+
+    loader, calls = Loader([10, 11, 12]), []
+
+    def record(batch, epoch, k, step) -> bool:  # type: ignore[no-untyped-def]
+        calls.append((batch, epoch, k, step))
+        return batch == 12 and epoch == 3
+
+    steps = testing.run_loop(loader, range(1, 4), record, limit=2, in_epoch=1, steps=5)
+    assert epochs == [1, 2, 3]
+    assert calls == [
+        (10, 1, 2, 6), (None, 2, 0, 6),  # resumed mid-epoch at batch 1 of 2: one batch left
+        (10, 2, 1, 7), (11, 2, 2, 8), (None, 3, 0, 8),
+        (10, 3, 1, 9), (11, 3, 2, 10), (None, 4, 0, 10),
+    ]  # fmt: skip
+    assert steps == 10
+    assert testing.run_loop(loader, [3], record, set_epoch=False) == 3  # stops at 12 of epoch 3
+    assert epochs == [1, 2, 3]
+    job, start = {"epochs": 2, "limit": None}, {"epoch": 1, "in_epoch": 0, "steps": 0}
+    assert _verify_child._loop(loader, job, start, lambda *a: False) == 3
+    assert epochs == [1, 2, 3, 1]  # verify calls set_epoch when the loader has one

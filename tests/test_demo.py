@@ -4,10 +4,12 @@ and resubmitted each time ends bit-identical to the uninterrupted job."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from seekdata import demo
+from seekdata.tools import demo
 
 
 def test_sigkill_three_times_and_resume_is_bit_identical(tmp_path) -> None:
@@ -58,3 +60,12 @@ def test_bad_flags(argv, match, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
         demo.parse(argv)
     assert exit_.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_the_readme_command_still_runs_the_demo() -> None:
+    """``python -m seekdata.demo`` (the README's one command) reaches tools/demo.py, whose
+    torchrun workers start ``-m seekdata.tools.demo``."""
+    out = subprocess.run(
+        [sys.executable, "-m", "seekdata.demo", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.startswith("usage: python -m seekdata.demo")

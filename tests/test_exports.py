@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
 import seekdata
 
 
@@ -19,3 +27,140 @@ def test_version_has_one_source() -> None:
     import importlib.metadata
 
     assert importlib.metadata.version("seekdata") == seekdata.__version__
+
+
+# --- every public namespace: a sorted __all__ that lists what it exposes -----------------------
+
+NAMESPACES = [
+    "seekdata",
+    "seekdata.checkpoint",
+    "seekdata.integrations.accelerate",
+    "seekdata.integrations.lightning",
+    "seekdata.integrations.transformers",
+    "seekdata.order",
+    "seekdata.preemption",
+    "seekdata.rng",
+    "seekdata.testing",
+    "seekdata.training",
+    "seekdata.transforms",
+    "seekdata.wds",
+]
+SRC = pathlib.Path(__file__).parent.parent / "src"
+
+
+def _exposed(name: str) -> set[str]:
+    """Public names a namespace defines: its top-level functions, classes and assignments, and
+    for a package the names it imports from its own private modules (``pkg._x``)."""
+    path = pathlib.Path(importlib.import_module(name).__file__ or "")
+    out: set[str] = set()
+    package = path.name == "__init__.py"
+
+    def private(module: str | None) -> bool:
+        return (module or "").startswith(name + "._")
+
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+        elif package and isinstance(node, ast.ImportFrom) and private(node.module):
+            out |= {a.asname or a.name for a in node.names}
+    return {n for n in out if not n.startswith("_")}
+
+
+@pytest.mark.parametrize("name", NAMESPACES)
+def test_each_namespace_lists_what_it_exposes_in_a_sorted_all(name: str) -> None:
+    module = importlib.import_module(name)
+    names = list(module.__all__)
+    # sorted as ruff's RUF022 sorts: CONSTANTS, then Classes, then the rest
+    key = lambda n: (0 if n.isupper() else 1 if n[:1].isupper() else 2, n)  # noqa: E731
+    assert names == sorted(set(names), key=key), f"{name}.__all__ must be sorted, no repeats"
+    assert [n for n in names if not hasattr(module, n)] == []
+    assert sorted(_exposed(name) - set(names)) == [], f"{name} exposes names not in __all__"
+
+
+def test_implementation_modules_are_private() -> None:
+    """A module under seekdata/ is a public namespace, a package of them, a tool, or _private."""
+    public = {n.split(".", 1)[1].split(".")[0] for n in NAMESPACES if "." in n}
+    allowed = public | {"integrations", "tools", "demo", "loader", "sampler", "state"}
+    names = {p.stem for p in (SRC / "seekdata").iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert sorted(n for n in names - allowed if not n.startswith("_")) == []
+
+
+def _imports(path: pathlib.Path, module: str) -> set[str]:
+    """seekdata modules that ``path`` imports, anywhere in it (lazy imports included)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in out if m.split(".")[0] == "seekdata"}
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {}
+    for path in (SRC / "seekdata").rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        files[name] = path
+    return {name: _imports(path, name) & set(files) - {name} for name, path in files.items()}
+
+
+#: Known circles through a lazy import, each with its reason; nothing else may join them.
+#: The loader hands a loader that accelerate prepares to the adapter, which builds loaders.
+KNOWN_LAZY = {("seekdata.loader", "seekdata.integrations.accelerate")}
+
+
+def test_no_import_circles_among_seekdata_modules() -> None:
+    """Lazy imports count too: a circle through a function-level import is still a circle
+    (cli <-> inspection was one). A package's own __init__ re-exporting is not an edge back."""
+    graph = _graph()
+    for src, dst in KNOWN_LAZY:
+        graph[src].discard(dst)
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if node.startswith(nxt + "."):  # importing a submodule loads its package first
+                continue
+            if state.get(nxt) == 1:
+                cycles.append([*trail[trail.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
+
+
+def test_the_core_imports_neither_the_tools_nor_the_integrations() -> None:
+    code = (
+        "import sys\n"
+        "import seekdata, seekdata.rng, seekdata.order, seekdata.sampler, seekdata.loader\n"
+        "import seekdata.state, seekdata.checkpoint, seekdata.wds, seekdata.transforms\n"
+        "import seekdata.training, seekdata.preemption, seekdata.testing\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('seekdata.tools', "
+        "'seekdata.integrations', 'accelerate', 'transformers', 'lightning'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_transforms_take_their_streams_from_rng_not_from_the_loaders_internals() -> None:
+    graph = _graph()
+    transforms = [name for name in graph if name.split(".")[:2] == ["seekdata", "transforms"]]
+    assert transforms and all("seekdata._fetch" not in graph[name] for name in transforms)
+    assert all("seekdata.rng" in graph[n] for n in ("seekdata.order", "seekdata.training"))

@@ -148,9 +148,7 @@ def test_a_random_collate_still_draws_from_the_batch_key() -> None:
 
     loader = seekdata.StatefulDataLoader(GlobalRNGAug(8), batch_size=4, seed=5, collate_fn=collate)
     for step, (indices, drawn) in enumerate(loader):
-        digest = seekdata._fetch._batch_counters(
-            seekdata._fetch.BatchKey(0, step, tuple(indices.tolist()))
-        )[3]
+        digest = rng.batch_counters(0, step, tuple(indices.tolist()))[3]
         np.random.seed(rng.batch_seeds(5, 0, step, digest)[1])
         assert drawn == np.random.rand()
 

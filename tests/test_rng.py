@@ -7,6 +7,7 @@ import pathlib
 import random
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -132,3 +133,95 @@ def test_global_seeds_are_a_function_of_the_key_only() -> None:
     assert np.array_equal(a[[2, 0]], b)
     assert len({tuple(r) for r in rng.global_seeds(1, 2, np.arange(1000)).tolist()}) == 1000
     assert int(a[:, 1].max()) < 2**32  # numpy's legacy seed is 32-bit
+
+
+# --- the randomness table: one source (rng.STREAMS), the docs and the code agree ----------------
+
+ROOT = pathlib.Path(__file__).parent.parent
+
+
+def test_the_randomness_table_in_the_docs_and_the_docstring_is_rng_streams() -> None:
+    doc = (ROOT / "docs" / "randomness.md").read_text()
+    table = "| decision | counters | code |\n| --- | --- | --- |\n" + "\n".join(
+        f"| {s.decision} | {s.counters} | {s.code} |" for s in rng.STREAMS
+    )
+    assert table + "\n\n" in doc
+    for s in rng.STREAMS:
+        assert f"    {s.decision}: {s.counters}  [{s.code}]\n" in (rng.__doc__ or "")
+
+
+def test_each_stream_is_derived_as_the_table_says() -> None:
+    seed, epoch, index, step, digest_of = 7, 3, 41, 5, [41, 2, 9]
+    # epoch order: Feistel rounds keyed by (seed, ORDER, epoch), applied to p
+    keys = np.array(rng.key_words(seed, (rng.ORDER, epoch), 8), dtype=np.uint64)
+    p = np.arange(100, dtype=np.uint64)
+    want = seekdata.order.feistel_permute(p, 100, keys).astype(np.int64)
+    assert np.array_equal(seekdata.order.Feistel(100, seed).indices(epoch, p), want)
+    assert [seekdata.order.feistel_index(100, seed, epoch, int(x)) for x in p] == want.tolist()
+    # a sample's own stream: Philox, key (seed, SAMPLE, epoch), counter (0, 0, index, 0)
+    key = np.array(rng.key_words(seed, (rng.SAMPLE, epoch), 2), dtype=np.uint64)
+    bitgen = np.random.Philox(key=key, counter=np.array([0, 0, index, 0], dtype=np.uint64))
+    assert np.array_equal(
+        seekdata.sample_generator(seed, epoch, index).random(4),
+        np.random.Generator(bitgen).random(4),
+    )
+    # global RNG while a sample is fetched: key (seed, SAMPLE, epoch), mix_keyed of the index
+    k = rng.key_words(seed, (rng.SAMPLE, epoch), 4)
+    h = int(rng.mix_keyed(k[:2], np.array([index], dtype=np.uint64))[0])
+    row = [h & 0xFFFFFFFF, h >> 32, h ^ k[2]]
+    assert rng.global_seeds(seed, epoch, np.array([index])).tolist()[0] == row
+    assert rng.sample_seeds(seed, epoch, index) == row
+    # a batch transform: (seed, BATCH, epoch, step, crc32 of the indices)
+    digest = zlib.crc32(np.asarray(digest_of, dtype=np.int64).tobytes())
+    assert np.array_equal(
+        rng.batch_generator(seed, epoch, step, digest_of).random(4),
+        seekdata.numpy_generator(seed, rng.BATCH, epoch, step, digest).random(4),
+    )
+    # global RNG while a batch is collated: key (seed, BATCH, epoch), mix_keyed of (step, digest)
+    k = rng.key_words(seed, (rng.BATCH, epoch), 4)
+    h = int(rng.mix_keyed(k[:2], np.array([step << 32 | digest], dtype=np.uint64))[0])
+    assert rng.batch_seeds(seed, epoch, step, digest) == [h & 0xFFFFFFFF, h >> 32, h ^ k[2]]
+    # model-side global RNG: (seed, step, rank), key words 2 to 5 (torch, cuda, numpy, random)
+    words = rng.key_words(seed, (step, 1), 6)
+    seekdata.set_step_rng(seed, step, rank=1)
+    assert torch.initial_seed() == words[2]
+    drawn = np.random.rand(), random.random()
+    np.random.seed(words[4] >> 32)
+    random.seed(words[5])
+    assert drawn == (np.random.rand(), random.random())
+    # model-side explicit: key words 0 and 1 of the tuple
+    g = np.random.Generator(np.random.Philox(key=np.array(words[:2], dtype=np.uint64)))
+    assert np.array_equal(seekdata.numpy_generator(seed, step, 1).random(4), g.random(4))
+
+
+def test_global_rng_is_seeded_in_one_place_and_keys_are_hashed_in_one_place() -> None:
+    """Every path seeds global RNG through rng.seed_globals (seekdata/_globalrng.py) and derives
+    keys with SeedSequence in seekdata/_keys.py only; the mixing constants live there too (and in
+    order.feistel_index, the scalar twin of the Feistel round, inlined for speed; its crc32 is a
+    fingerprint of shard sizes, not a key)."""
+    src = ROOT / "src" / "seekdata"
+    seeding = ("default_generator.manual_seed(", "np.random.seed(", "random.seed(")
+    hashing = ("SeedSequence(", "0xBF58476D1CE4E5B9", "crc32(")
+    for path in sorted(src.rglob("*.py")):
+        text = path.read_text()
+        name = path.relative_to(src).as_posix()
+        if name != "_globalrng.py" and "bench/" not in name:  # bench: a user's reseeding baseline
+            assert not [s for s in seeding if s in text], name
+        if name not in ("_keys.py", "order.py"):
+            assert not [h for h in hashing if h in text], name
+
+
+def test_seed_globals_seeds_the_named_generators_only() -> None:
+    rng.seed_globals((1, 2, 3))
+    torch_state, py_state = torch.get_rng_state(), random.getstate()
+    rng.seed_globals((4, 5, 6), ("numpy",))
+    assert torch.equal(torch.get_rng_state(), torch_state) and random.getstate() == py_state
+    got = np.random.rand()
+    np.random.seed(5)
+    assert got == np.random.rand()
+    random.gauss(0, 1)  # caches a second normal, which a reseed must drop
+    rng.seed_globals((4, 5, 6))
+    assert torch.initial_seed() == 4
+    drawn = random.gauss(0, 1)
+    random.seed(6)
+    assert drawn == random.gauss(0, 1)

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 import threading
+import zlib
 
 import numpy as np
 import pytest
@@ -507,19 +508,19 @@ def batch(n: int = 8):
 @pytest.mark.parametrize("mix", [MixUp(0.4, num_classes=5), CutMix(1.0, num_classes=5)])
 def test_mixes_shapes_label_sums_and_determinism(mix) -> None:
     x, y = batch()
-    bx, by = mix((x, y), batch_generator(0, 1, 3))
+    bx, by = mix((x, y), batch_generator(0, 1, 3, range(8)))
     assert bx.shape == x.shape and by.shape == (8, 5) and by.dtype == torch.float32
     torch.testing.assert_close(by.sum(1), torch.ones(8))
-    again = mix((x, y), batch_generator(0, 1, 3))
+    again = mix((x, y), batch_generator(0, 1, 3, range(8)))
     assert torch.equal(again[0], bx) and torch.equal(again[1], by)
-    other = mix((x, y), batch_generator(0, 1, 4))
+    other = mix((x, y), batch_generator(0, 1, 4, range(8)))
     assert not torch.equal(other[0], bx)
-    assert isinstance(mix([x, y], batch_generator(0, 1, 3)), list)
-    as_dict = mix({"input": x, "target": y, "index": 7}, batch_generator(0, 1, 3))
+    assert isinstance(mix([x, y], batch_generator(0, 1, 3, range(8))), list)
+    as_dict = mix({"input": x, "target": y, "index": 7}, batch_generator(0, 1, 3, range(8)))
     assert torch.equal(as_dict["input"], bx) and as_dict["index"] == 7
-    soft = mix((x, torch.nn.functional.one_hot(y, 5).float()), batch_generator(0, 1, 3))
+    soft = mix((x, torch.nn.functional.one_hot(y, 5).float()), batch_generator(0, 1, 3, range(8)))
     assert torch.equal(soft[1], by)
-    arrays = mix((x.numpy(), y.numpy()), batch_generator(0, 1, 3))
+    arrays = mix((x.numpy(), y.numpy()), batch_generator(0, 1, 3, range(8)))
     assert isinstance(arrays[0], np.ndarray) and np.array_equal(arrays[1], by.numpy())
 
 
@@ -527,17 +528,18 @@ def test_cutmix_target_weight_is_the_pasted_area() -> None:
     x, _ = batch()
     labels = torch.arange(8)
     for step in range(10):
-        bx, by = CutMix(1.0, num_classes=8)((x, labels), batch_generator(0, 0, step))
+        bx, by = CutMix(1.0, num_classes=8)((x, labels), batch_generator(0, 0, step, range(8)))
         own = (bx[:, 0] == x[:, 0]).float().mean(dim=(1, 2))
         torch.testing.assert_close(by[torch.arange(8), labels], own)
     hwc = x.permute(0, 2, 3, 1).contiguous()
-    out, _ = CutMix(1.0, num_classes=8, layout="HWC")((hwc, labels), batch_generator(0, 0, 1))
+    cutmix = CutMix(1.0, num_classes=8, layout="HWC")
+    out, _ = cutmix((hwc, labels), batch_generator(0, 0, 1, range(8)))
     assert out.shape == hwc.shape
 
 
 def test_mixup_blends_by_lambda() -> None:
     x, y = batch()
-    bx, by = MixUp(1.0, num_classes=5)((x, y), batch_generator(0, 0, 0))
+    bx, by = MixUp(1.0, num_classes=5)((x, y), batch_generator(0, 0, 0, range(8)))
     lam = by[torch.arange(8), y].min()  # the own label keeps weight λ (or more, on a tie)
     assert torch.allclose(bx[:, 0, 0, 0], bx[:, 2, 9, 9])  # every pixel blended the same way
     assert 0.0 <= float(lam) <= 1.0
@@ -575,7 +577,9 @@ BAD = [
     (lambda: from_global_rng(42), TypeError, r"fn\(sample\) -> sample"),
     (lambda: TransformedDataset([1, 2], "crop"), TypeError, "transform must be callable"),
     (lambda: TransformedDataset(iter([1]), RandomCrop(4)), TypeError, "map-style"),
-    (lambda: batch_generator(0, -1, 0), ValueError, "epoch"),
+    (lambda: batch_generator(0, -1, 0, [0]), ValueError, "epoch"),
+        (lambda: batch_generator(0, 0, 0, 3), TypeError, "indices"),
+        (lambda: batch_generator(0, 0, 0, [-1]), ValueError, "index"),
 ]
 
 
@@ -680,5 +684,6 @@ def test_loader_samples_equal_get_and_batch_streams_equal_batch_generator() -> N
                 assert torch.equal(image, ds.get(index, seed=5, epoch=epoch)[0])
             batch_indices, draw = seen[-1]
             assert draw == batch_generator(5, epoch, step, indices=batch_indices).random()
-    plain = batch_generator(5, 1, 2).random(4)
-    assert np.array_equal(plain, numpy_generator(5, BATCH, 1, 2).random(4))
+    plain = batch_generator(5, 1, 2, [4, 0]).random(4)
+    digest = zlib.crc32(np.asarray([4, 0], dtype=np.int64).tobytes())
+    assert np.array_equal(plain, numpy_generator(5, BATCH, 1, 2, digest).random(4))

@@ -10,8 +10,8 @@ from seekdata import order as order
 from seekdata import rng as rng
 from seekdata import testing as testing
 from seekdata import transforms as transforms
+from seekdata._mixture import Mixture
 from seekdata.loader import StatefulDataLoader
-from seekdata.mixture import Mixture
 from seekdata.preemption import PreemptionHandler
 from seekdata.rng import numpy_generator, sample_generator, sample_rng, torch_generator
 from seekdata.sampler import DistributedSampler

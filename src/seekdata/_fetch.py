@@ -4,12 +4,12 @@ The loader's batch sampler yields :class:`BatchKey` objects instead of index lis
 map-style fetcher hands each one to ``dataset.__getitems__`` (public since torch 2.0), which
 here fetches every sample with global RNG seeded from (seed, epoch, index) and
 :func:`seekdata.sample_rng` pointing at the sample's stream. The collate wrapper then applies
-the batch-level transform with its (seed, epoch, step) stream, in the worker.
+the batch-level transform with the batch's stream (seed, BATCH, epoch, step, digest of the
+indices), in the worker. Every key and seed comes from :mod:`seekdata.rng` (rng.STREAMS).
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,7 +86,7 @@ class KeyedDataset(torch.utils.data.Dataset):
         out.key = key
         indices = key.indices
         getitem, append = self.dataset.__getitem__, out.append
-        fetch = rng._fetch  # the hot loop: enter_sample inlined, the batch's key set once
+        fetch = rng.current  # the hot loop: enter_sample inlined, the batch's key set once
         fetch.seed, fetch.epoch = self.seed, key.epoch
         now = fetch.now  # [index, fresh]: list items, far cheaper than thread-local attributes
         try:
@@ -98,20 +98,21 @@ class KeyedDataset(torch.utils.data.Dataset):
             else:
                 torch_col, np_col, py_col = rng.seed_columns(self.seed, key.epoch, indices)
                 if reseed == _globalrng.GENERATORS:
-                    torch_seed, np_seed = rng._torch_seed, rng._np_seed
-                    py_cseed, py_inst = rng._py_cseed, rng._py_inst
+                    # rng.seed_globals((a, b, c)), inlined: a call per sample costs ~2%
+                    torch_seed, np_seed, py_cseed, py_inst = _globalrng.inline_seeders()
                     for index, a, b, c in zip(indices, torch_col, np_col, py_col, strict=True):
                         now[0] = index
                         now[1] = True
                         torch_seed(a)
                         np_seed(b)
                         py_cseed(py_inst, c)
-                        py_inst.gauss_next = None  # as random.seed does
+                        py_inst.gauss_next = None
                         append(getitem(index))
                 else:
+                    # rng.seed_globals(row, reseed), its calls made here: a call per sample
+                    # costs a fifth of this path
                     cols = (torch_col, np_col, py_col)
-                    columns = dict(zip(_globalrng.GENERATORS, cols, strict=True))
-                    calls = [(_SEEDERS[name], columns[name]) for name in reseed]
+                    calls = [(seeder, cols[c]) for c, seeder in _globalrng.seeders(reseed)]
                     for i, index in enumerate(indices):
                         now[0] = index
                         now[1] = True
@@ -128,37 +129,10 @@ class KeyedDataset(torch.utils.data.Dataset):
         return out
 
 
-_SEEDERS: dict[str, Callable[[int], Any]] = {
-    "torch": rng._torch_seed,
-    "numpy": rng._np_seed,
-    "random": rng._py_seed,
-}
-
-
-def _batch_counters(key: BatchKey) -> tuple[int, int, int, int]:
-    try:
-        digest = zlib.crc32(np.asarray(key.indices, dtype=np.int64).tobytes())
-    except (TypeError, ValueError):  # bulk loading: whatever the sampler yields, by its repr
-        digest = zlib.crc32(repr(key.indices).encode())
-    return rng.BATCH, key.epoch, key.step, digest
-
-
-def batch_generator(seed: int, key: BatchKey) -> np.random.Generator:
-    """The stream of a batch-level transform: (seed, BATCH, epoch, step, hash of the indices).
-
-    The indices enter as a hash, so ranks at the same step draw differently, and the draw is
-    a function of the batch's content rather than of the world size.
-    """
-    return rng.numpy_generator(seed, *_batch_counters(key))
-
-
 def _seed_globals_for_batch(seed: int, key: BatchKey, reseed: tuple[str, ...]) -> None:
     """Global RNG during collation (e.g. a collator's random masking): keyed by the batch."""
-    _, epoch, step, digest = _batch_counters(key)
-    seeds = rng.batch_seeds(seed, epoch, step, digest)
-    for name, value in zip(_globalrng.GENERATORS, seeds, strict=True):
-        if name in reseed:
-            _SEEDERS[name](value)
+    _, epoch, step, digest = rng.batch_counters(key.epoch, key.step, key.indices)
+    rng.seed_globals(rng.batch_seeds(seed, epoch, step, digest), reseed)
 
 
 #: Collate functions that draw no randomness: reseeding global RNG before them is unobservable
@@ -193,7 +167,10 @@ class Collate:
             # torch's collate functions take the list as is; a user's gets a plain list
             batch = self.collate_fn(data if self._randomless else list(data))
             if self.batch_transform is not None:
-                batch = self.batch_transform(batch, batch_generator(self.seed, data.key))
+                # rng.batch_generator's stream; the loader's own indices need no checking
+                key = data.key
+                counters = rng.batch_counters(key.epoch, key.step, key.indices)
+                batch = self.batch_transform(batch, rng.numpy_generator(self.seed, *counters))
             return batch
         finally:
             if data.saved is not None:  # num_workers=0: the caller's global RNG, as it was

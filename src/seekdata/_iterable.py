@@ -9,14 +9,10 @@ docs/exact-resume.md ("Iterable datasets").
 
 from __future__ import annotations
 
-import random
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-
-import numpy as np
-import torch
 
 from seekdata import _dist, preemption, rng
 from seekdata import state as S
@@ -42,9 +38,7 @@ class WorkerSeeder:
 
     def seed_globals(self, worker: int) -> None:
         words = rng.derive_key(self.seed, _WORKER_TAG, self.epoch, self.rank, worker, words=3)
-        torch.default_generator.manual_seed(words[0])
-        np.random.seed(words[1] >> 32)
-        random.seed(words[2])
+        rng.seed_globals((words[0], words[1] >> 32, words[2]))
 
     def __call__(self, worker_id: int) -> None:
         preemption.worker_signals()  # outlive a preemption notice, as WorkerInit does

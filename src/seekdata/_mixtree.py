@@ -1,5 +1,6 @@
-"""The integer maths behind :class:`seekdata.Mixture`: the weight-balanced split tree, and
-one-position twins of seekdata's vectorised Feistel order and global-RNG seeds.
+"""The integer maths behind :class:`seekdata.Mixture`: the weight-balanced split tree (the
+one-position Feistel order and global-RNG seeds it uses live with their vectorised twins:
+:func:`seekdata.order.feistel_index`, :func:`seekdata.rng.sample_seeds`).
 
 Pure functions of integers, exact at any position: Python ints never overflow, so
 ``round(m * a_left / a_node)`` is computed exactly for m = 1e12 and weights of any size.
@@ -10,55 +11,12 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from seekdata import rng
+from seekdata.order import feistel_index
+from seekdata.rng import sample_seeds
 
-_M64 = (1 << 64) - 1
-_ROUNDS = 8  # as seekdata.order's Feistel
-
-
-def _mix64(x: int) -> int:
-    """``seekdata.rng._mix64`` (splitmix64's finaliser) on one Python int."""
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & _M64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
-def feistel(n: int, seed: int, epoch: int, x: int) -> int:
-    """``seekdata.order.Feistel(n, seed).indices(epoch, [x])[0]`` for one position, in pure
-    Python: ~5 µs instead of numpy's ~150 µs on a one-element array (tested equal)."""
-    if n == 1:
-        return 0
-    keys = rng._key_cached(seed, (rng.ORDER, epoch), _ROUNDS)
-    bits = max((n - 1).bit_length(), 2)
-    b = bits - (bits >> 1)
-    mask_a, mask_b = (1 << (bits - b)) - 1, (1 << b) - 1
-    rounds = [(key, i % 2 == 0) for i, key in enumerate(keys)]
-    m1, m2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-    while True:  # cycle walking: the domain is < 2n
-        left, right = x >> b, x & mask_b
-        for key, even in rounds:  # _mix64 inlined: this loop is the per-sample cost
-            v = (right if even else left) ^ key
-            v ^= v >> 30
-            v = (v * m1) & _M64
-            v ^= v >> 27
-            v = (v * m2) & _M64
-            v ^= v >> 31
-            if even:
-                left ^= v & mask_a
-            else:
-                right ^= v & mask_b
-        x = (left << b) | right
-        if x < n:
-            return x
-
-
-def global_seeds(seed: int, epoch: int, index: int) -> list[int]:
-    """``seekdata.rng.global_seeds(seed, epoch, [index])[0]`` for one index (tested equal)."""
-    key = rng._key_cached(seed, (rng.SAMPLE, epoch), 4)
-    h = _mix64(_mix64(index ^ key[0]) ^ key[1])
-    return [h & 0xFFFFFFFF, h >> 32, h ^ key[2]]
+# One-position twins of the vectorised order and seeds: the same derivations, where they live.
+feistel = feistel_index
+global_seeds = sample_seeds
 
 
 def up(value: Fraction) -> float:

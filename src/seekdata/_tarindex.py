@@ -16,18 +16,17 @@ import json
 import os
 import re
 import stat
-import subprocess
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 from webdataset.tariterators import base_plus_ext
 
 from seekdata import _tarcheck
+from seekdata._shardurls import local_path, url_scheme
 
 #: ``format`` field of every index file.
 INDEX_FORMAT = "seekdata-wds-index"
@@ -39,7 +38,6 @@ INDEX_SUFFIX = ".seekdata-index.json"
 # webdataset.tariterators.tar_file_iterator's default ``skip_meta``.
 _SKIP_META = re.compile(r"__[^/]*__($|/)")
 _COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
-_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):")
 _BLOCK = tarfile.BLOCKSIZE
 
 
@@ -114,33 +112,6 @@ class Shard:
     index: ShardIndex
     #: ``__local_path__`` of its samples, as webdataset sets it: None for ``pipe:`` shards
     local_path: str | None
-
-
-def expand_urls(urls: object) -> list[str]:
-    """Shard URLs from a brace pattern (``"shards-{000..099}.tar"``), a path, or a list."""
-    import braceexpand
-
-    if isinstance(urls, str):
-        out = list(braceexpand.braceexpand(urls))
-    elif isinstance(urls, os.PathLike):
-        out = [os.fspath(urls)]
-    elif isinstance(urls, Iterable) and not isinstance(urls, (bytes, bytearray)):
-        out = [os.fspath(u) if isinstance(u, os.PathLike) else u for u in urls]
-    else:
-        raise TypeError(
-            "urls: expected a brace pattern such as 'shards-{000..099}.tar', a path, "
-            f"or a list of paths, got {type(urls).__name__}"
-        )
-    for url in out:
-        if not isinstance(url, str):
-            raise TypeError(f"urls: every shard must be a str or os.PathLike path, got {url!r}")
-    if not out or "" in out:
-        raise ValueError(
-            f"urls: expected at least one shard, got {urls!r}, which names none "
-            "(or an empty path); pass a brace pattern such as 'shards-{000..099}.tar' "
-            "or a list of paths"
-        )
-    return out
 
 
 def index_path(path: str, index_dir: str | None) -> str:
@@ -251,51 +222,6 @@ def _truncated(url: str, detail: str) -> str:
     )
 
 
-def _scheme(url: str) -> str | None:
-    match = _URL_SCHEME.match(url)
-    return match.group(1).lower() if match else None
-
-
-def local_path(url: str, *, index_dir: str | None, allow_pipe: bool) -> str:
-    """The local file to read for ``url``; ``pipe:`` output is copied to ``index_dir`` once."""
-    scheme = _scheme(url)
-    if scheme is None:
-        return url
-    if scheme == "file":
-        return urlparse(url).path  # as webdataset opens it
-    if scheme != "pipe":
-        raise ValueError(
-            f"shard {url}: TarShards reads local files only (random access seeks in the file), "
-            f"got a {scheme!r} URL; download or mount the shards, or fetch them once with a "
-            "'pipe:' URL and allow_pipe=True, index_dir=..."
-        )
-    if not allow_pipe:
-        raise ValueError(
-            f"shard {url}: 'pipe:' URLs run a shell command, which is off by default; "
-            "pass allow_pipe=True (--allow-pipe) if you trust the command"
-        )
-    if index_dir is None:
-        raise ValueError(
-            f"shard {url}: a pipe cannot seek, so TarShards copies its output to a local file "
-            "once and reads that; pass index_dir= (--index-dir) for where the copies go"
-        )
-    dest = os.path.join(index_dir, f"pipe-{hashlib.sha256(url.encode()).hexdigest()[:16]}.tar")
-    if os.path.exists(dest):
-        return dest
-    os.makedirs(index_dir, exist_ok=True)
-    tmp = f"{dest}.part-{os.getpid()}"
-    with open(tmp, "wb") as out:
-        proc = subprocess.run(url[len("pipe:") :], shell=True, stdout=out, stderr=subprocess.PIPE)
-    if proc.returncode != 0:
-        os.remove(tmp)
-        stderr = proc.stderr.decode(errors="replace").strip()[-500:]
-        raise ValueError(
-            f"shard {url}: the pipe command exited with status {proc.returncode}: {stderr}"
-        )
-    os.replace(tmp, dest)
-    return dest
-
-
 def _read_index(ipath: str) -> ShardIndex | None:
     try:
         with open(ipath, encoding="utf-8") as f:
@@ -401,7 +327,7 @@ def _index_one(
     path = local_path(url, index_dir=index_dir, allow_pipe=allow_pipe)
     index = load_or_build(url, path, index_dir=index_dir, rebuild=rebuild, force=force)
     # read by absolute path: a later chdir must not change which file a worker opens
-    return Shard(url, os.path.abspath(path), index, None if _scheme(url) == "pipe" else path)
+    return Shard(url, os.path.abspath(path), index, None if url_scheme(url) == "pipe" else path)
 
 
 def check_split_keys(shards: Sequence[Shard]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["assert_exact_resume", "first_difference"]
+__all__ = ["assert_exact_resume", "first_difference", "run_loop"]
 
 
 def first_difference(a: Any, b: Any, path: str = "batch") -> str | None:
@@ -55,18 +55,58 @@ def first_difference(a: Any, b: Any, path: str = "batch") -> str | None:
     return None if same else f"{path}: {a!r} vs {b!r}"
 
 
+def run_loop(
+    loader: Any,
+    epochs: Iterable[int],
+    on_batch: Callable[[Any, int, int, int], bool],
+    *,
+    set_epoch: bool = True,
+    limit: int | None = None,
+    in_epoch: int = 0,
+    steps: int = 0,
+) -> int:
+    """The training loop stand-in of every resume check (``assert_exact_resume``,
+    ``seekdata verify``): returns the steps done when it ends or stops.
+
+    For each epoch: ``loader.set_epoch(epoch)`` when ``set_epoch``, then at most ``limit``
+    batches (all without a limit), calling ``on_batch(batch, epoch, k, steps)`` after each
+    (``k`` counts the epoch's batches, ``steps`` all of them) and ``on_batch(None, epoch + 1,
+    0, steps)`` after the epoch's loop; a True from a batch's call stops the loop. A resumed
+    loader continues mid-epoch: its first epoch counts from ``in_epoch``, steps from ``steps``.
+    """
+    step = steps
+    for i, epoch in enumerate(epochs):
+        if set_epoch:
+            loader.set_epoch(epoch)
+        k = in_epoch if i == 0 else 0
+        for batch in loader if limit is None or k < limit else ():
+            k, step = k + 1, step + 1
+            if on_batch(batch, epoch, k, step):
+                return step
+            if limit is not None and k >= limit:
+                break
+        on_batch(None, epoch + 1, 0, step)
+    return step
+
+
 def _run(
     loader: Any, epochs: Iterable[int], set_epoch: bool, stop: int | None, out: list[Any]
 ) -> tuple[int, dict[str, Any]] | None:
-    """Train-loop stand-in. Returns (epoch, state) when it stops after ``stop`` batches."""
-    for epoch in epochs:
-        if set_epoch:
-            loader.set_epoch(epoch)
-        for batch in loader:
-            out.append(batch)
-            if stop is not None and len(out) == stop:
-                return epoch, json.loads(json.dumps(loader.state_dict()))
-    return None
+    """:func:`run_loop` keeping the batches in ``out``; returns (epoch, state) when it stops
+    after ``stop`` batches."""
+    stopped: list[tuple[int, dict[str, Any]]] = []
+
+    def on_batch(batch: Any, epoch: int, k: int, step: int) -> bool:
+        if batch is None:
+            return False
+        out.append(batch)
+        if stop is not None and len(out) == stop:
+            stopped.append((epoch, json.loads(json.dumps(loader.state_dict()))))
+            return True
+        return False
+
+    run_loop(loader, epochs, on_batch, set_epoch=set_epoch)
+    return stopped[0] if stopped else None
 
 
 def assert_exact_resume(

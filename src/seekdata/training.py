@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from seekdata import _dist
-from seekdata.rng import _key_cached, check_counter
+from seekdata.rng import check_counter, key_words, seed_globals
 
 __all__ = ["RNG_FORMAT", "capture_rng", "restore_rng", "set_step_rng"]
 
@@ -47,10 +47,6 @@ __all__ = ["RNG_FORMAT", "capture_rng", "restore_rng", "set_step_rng"]
 # from ever starting in the same state.
 _STEP_WORDS = 6
 _W_TORCH, _W_CUDA, _W_NUMPY, _W_PYTHON = 2, 3, 4, 5
-
-_torch_seed = torch.default_generator.manual_seed
-_np_seed = np.random.seed
-_py_seed = random.seed
 
 
 def set_step_rng(seed: int, step: int, *, rank: int | None = None) -> None:
@@ -70,13 +66,12 @@ def set_step_rng(seed: int, step: int, *, rank: int | None = None) -> None:
     seed = check_counter(seed, "seed", "set_step_rng")
     step = check_counter(step, "step", "set_step_rng")
     rank = _dist.rank_or_zero() if rank is None else check_counter(rank, "rank", "set_step_rng")
-    key = _key_cached(seed, (step, rank), _STEP_WORDS)
-    _torch_seed(key[_W_TORCH])
+    key = key_words(seed, (step, rank), _STEP_WORDS)
+    # numpy's legacy seed takes 32 bits
+    seed_globals((key[_W_TORCH], key[_W_NUMPY] >> 32, key[_W_PYTHON]))
     if torch.cuda.is_available():
         # Lazy until CUDA is initialised, then every device's default generator.
         torch.cuda.manual_seed_all(key[_W_CUDA])
-    _np_seed(key[_W_NUMPY] >> 32)  # numpy's legacy seed takes 32 bits
-    _py_seed(key[_W_PYTHON])
 
 
 # --- capture / restore ------------------------------------------------------------------------

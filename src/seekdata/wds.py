@@ -31,10 +31,10 @@ import torch
 from torch.utils.data import Dataset
 from webdataset import autodecode
 
-from . import _tarcheck, _tarindex
+from . import _shardurls, _tarcheck, _tarindex
 from ._tarindex import Shard
 
-__all__ = ["TarShards"]
+__all__ = ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "TarShards"]
 
 #: Extensions webdataset decodes with :func:`pickle.loads`; refused unless ``allow_pickle``.
 PICKLE_EXTENSIONS = frozenset({"pkl", "pickle", "pyd"})
@@ -43,7 +43,7 @@ MAX_OPEN_FILES = 64
 _HEADER = 512  # a tar header: checked before each member's data is returned
 _JOINED_READ = 1 << 16  # members up to this size are read with their header in one pread
 
-Handler = Callable[[str, bytes], Any]
+_Handler = Callable[[str, bytes], Any]
 
 
 class TarShards(Dataset[dict[str, Any]]):
@@ -100,7 +100,7 @@ class TarShards(Dataset[dict[str, Any]]):
         self._decode_spec = decode
         self._allow_pickle = allow_pickle
         self._shards: list[Shard] = _tarindex.index_shards(
-            _tarindex.expand_urls(urls),
+            _shardurls.expand_urls(urls),
             index_dir=None if index_dir is None else os.fspath(index_dir),
             allow_pipe=allow_pipe,
             rebuild=rebuild_index,
@@ -329,7 +329,7 @@ def _safe_basichandlers(key: str, data: bytes) -> Any:
     return autodecode.basichandlers(key, data)
 
 
-def _handler(item: object, allow_pickle: bool) -> Handler:
+def _handler(item: object, allow_pickle: bool) -> _Handler:
     if isinstance(item, str):
         if item not in autodecode.imagespecs:
             raise ValueError(

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from seekdata.rng import splitmix64
 from seekdata.transforms._arrays import (
     check_callable,
     check_generator,
@@ -48,18 +49,10 @@ _STEP_TAG = 0x5345454B53544550  # "SEEKSTEP": domain of step words
 _CACHE_LIMIT = 256
 
 
-def _sm64(x: int) -> int:
-    """splitmix64 on a Python int: a bijection on 64-bit words that mixes every bit."""
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
 def step_words(c3: int, c0: int, c1: int, step_ids: Sequence[int]) -> tuple[int, ...]:
     """Fourth counter words of the steps of a Compose captured at counter (c0, c1, _, c3)."""
-    h = _sm64(_sm64(_sm64(c3 ^ _STEP_TAG) ^ c0) ^ c1)
-    return tuple(_sm64(h ^ s) or 1 for s in step_ids)  # 0 is the sample stream's word
+    h = splitmix64(splitmix64(splitmix64(c3 ^ _STEP_TAG) ^ c0) ^ c1)
+    return tuple(splitmix64(h ^ s) or 1 for s in step_ids)  # 0 is the sample stream's word
 
 
 def name_id(name: str) -> int:

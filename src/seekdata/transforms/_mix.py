@@ -11,15 +11,12 @@ numpy out.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-from seekdata._fetch import BatchKey
-from seekdata._fetch import batch_generator as loader_batch_generator
-from seekdata.rng import BATCH, check_counter, numpy_generator
 from seekdata.transforms._arrays import (
     as_tensor,
     check_layout,
@@ -27,25 +24,6 @@ from seekdata.transforms._arrays import (
     check_positive_int,
     is_floating,
 )
-
-
-def batch_generator(
-    seed: int, epoch: int, step: int, indices: Sequence[int] | None = None
-) -> np.random.Generator:
-    """A batch-level stream: ``numpy_generator(seed, BATCH, epoch, step)``.
-
-    A seekdata loader also hashes the batch's dataset indices into the key, so that ranks
-    at the same step draw differently; pass the batch's ``indices`` to get exactly the
-    generator the loader handed ``batch_transform`` for that batch (``step`` counts the
-    batches of the epoch, as the loader does).
-    """
-    seed = check_counter(seed, "seed", "batch_generator")
-    epoch = check_counter(epoch, "epoch", "batch_generator")
-    step = check_counter(step, "step", "batch_generator")
-    if indices is None:
-        return numpy_generator(seed, BATCH, epoch, step)
-    keys = tuple(check_counter(i, "index", "batch_generator") for i in indices)
-    return loader_batch_generator(seed, BatchKey(epoch, step, keys))
 
 
 class _Mix:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset
 
-from seekdata.rng import capture_globals, restore_globals, sample_rng, sample_scope
+from seekdata.rng import capture_globals, restore_globals, sample_rng, sample_scope, seed_globals
 from seekdata.transforms._arrays import check_callable, check_generator
 from seekdata.transforms._compose import Transform
 
@@ -113,9 +111,8 @@ class _FromGlobalRng:
         ).tolist()
         saved = capture_globals()
         try:
-            torch.default_generator.manual_seed(torch_seed)
-            np.random.seed(numpy_seed >> 32)  # the legacy global seed takes 32 bits
-            random.seed(python_seed)
+            # numpy's legacy global seed takes 32 bits
+            seed_globals((torch_seed, numpy_seed >> 32, python_seed))
             return self.fn(sample)
         finally:
             restore_globals(saved)

@@ -36,8 +36,8 @@ import numpy as np
 import torch.utils.data
 
 from seekdata import rng
-from seekdata._mixtree import Tree, feistel, global_seeds, up
-from seekdata.order import Feistel, Order, make_order
+from seekdata._mixtree import Tree, up
+from seekdata.order import Feistel, Order, feistel_index, make_order
 
 __all__ = ["Mixture"]
 
@@ -206,7 +206,7 @@ class Mixture(torch.utils.data.Dataset):
         if self.window <= 1:
             return stream
         j, s = divmod(stream, self.window)
-        return j * self.window + feistel(self.window, self._window_seed, j, s)
+        return j * self.window + feistel_index(self.window, self._window_seed, j, s)
 
     def _stream_position(self, position: int, epoch: int | None, where: str) -> int:
         position = rng.check_counter(position, "position", where)
@@ -222,7 +222,7 @@ class Mixture(torch.utils.data.Dataset):
         source_epoch = q // n
         order = self._orders[k]
         if isinstance(order, Feistel):
-            return k, source_epoch, feistel(n, order.seed, source_epoch, q % n)
+            return k, source_epoch, feistel_index(n, order.seed, source_epoch, q % n)
         return k, source_epoch, int(order.indices(source_epoch, np.array([q % n]))[0])
 
     def counts(self, position: int, epoch: int | None = None) -> list[int]:
@@ -254,11 +254,11 @@ class Mixture(torch.utils.data.Dataset):
             raise TypeError(f"Mixture: index must be an int; got {type(position).__name__}")
         if not 0 <= position < self.length:
             raise IndexError(f"Mixture: index must be in [0, {self.length}); got {position}")
-        fetch = rng._fetch
+        fetch = rng.current
         in_fetch = fetch.now[0] >= 0  # a seekdata loader is fetching: its epoch is ours
         k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
         seed = self.source_seeds[k]
-        seeds = global_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
+        seeds = rng.sample_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
         # in the main process outside a loader, put the caller's global RNG back afterwards;
         # inside a seekdata loader that reseeds, the loader does it once per batch
         in_main = torch.utils.data.get_worker_info() is None

@@ -19,16 +19,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import pickle
 import re
 import sys
-import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from seekdata import _pickles
 from seekdata import state as S
+from seekdata.tools import _command
+from seekdata.tools._readckpt import read_checkpoint, some, too_deep
 
 __all__ = ["add_parser", "find_states", "fingerprint", "main", "read_checkpoint", "run"]
 
@@ -39,7 +37,6 @@ LOADER_STREAM_FIELDS = (S.K_BATCH_SIZE, S.K_BATCH_DROP_LAST, S.K_SAMPLE_SEED)
 ROOT = "<root>"
 _FOOTER_MARK = b"seekdata-checkpoint/"  # seekdata.checkpoint.save's footer starts so
 _TAIL = 160  # bytes at the end of a file that hold such a footer
-_MAX_KEYS = 20  # keys listed in an error message
 
 Key = str | int
 
@@ -106,12 +103,6 @@ def path_text(keys: Sequence[Key]) -> str:
     return ".".join(str(key) for key in keys) if keys else ROOT
 
 
-def _some(keys: Sequence[Any]) -> str:
-    shown = ", ".join(repr(k) for k in list(keys)[:_MAX_KEYS])
-    more = len(keys) - _MAX_KEYS
-    return shown + (f", … ({more} more)" if more > 0 else "") if keys else "none"
-
-
 def resolve(obj: Any, path: str) -> tuple[Any, tuple[Key, ...]]:
     """The object ``path`` names in ``obj`` (see the module docstring), and its key path."""
     if path.strip() in ("", ROOT):
@@ -133,7 +124,7 @@ def resolve(obj: Any, path: str) -> tuple[Any, tuple[Key, ...]]:
                     break
             else:
                 segment = path[slice(*spans[i])]
-                listed = f" (its keys: {_some(list(node))})" if keys else ""
+                listed = f" (its keys: {some(list(node))})" if keys else ""
                 raise ValueError(
                     f"--key {path!r} must name keys that exist; {here} has no key {segment!r}"
                     f"{listed}"
@@ -153,117 +144,6 @@ def resolve(obj: Any, path: str) -> tuple[Any, tuple[Key, ...]]:
                 f"tuple, so it has no {path[slice(*spans[i])]!r}; pass a shorter path"
             )
     return node, keys
-
-
-# --- reading --------------------------------------------------------------------------------
-
-
-def read_checkpoint(path: str | os.PathLike[str]) -> tuple[Any, str]:
-    """Load ``path`` without running code from it; returns (object, format description).
-
-    Raises ``ValueError`` naming the file when it is corrupt, truncated, or holds pickled
-    objects that ``torch.load(weights_only=True)`` refuses; ``OSError`` when unreadable.
-    """
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        head = f.read(64)
-        size = os.fstat(f.fileno()).st_size
-        f.seek(max(size - _TAIL, 0))
-        tail = f.read()
-    if path.lower().endswith(".json") or head.lstrip()[:1] in (b"{", b"["):
-        try:
-            with open(path, encoding="utf-8") as f:
-                return json.load(f), "JSON"
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(
-                f"{path} must be valid JSON (it is named .json or starts like JSON); it is not: "
-                f"{exc}; the file is truncated or corrupt: inspect an earlier copy"
-            ) from exc
-        except RecursionError:
-            raise ValueError(_too_deep(path, "JSON")) from None
-    kind = "torch.save file, no checksum"
-    if _FOOTER_MARK in tail:
-        from seekdata import checkpoint
-
-        checkpoint.verify(path)  # CheckpointCorruptError (a ValueError) names the file
-        kind = "seekdata.checkpoint file, checksum verified"
-    return _torch_load(path, size), kind
-
-
-def _torch_load(path: str, size: int) -> Any:
-    import torch
-
-    if size == 0:
-        raise ValueError(
-            f"{path} must be a torch.save checkpoint or a JSON file; it is empty (0 bytes); "
-            f"the write was interrupted: inspect an earlier checkpoint"
-        )
-    mmap = zipfile.is_zipfile(path)  # tensors are mapped, not read: cheap on huge files
-    if not mmap:
-        raw = _pickles.plain_pickle_globals(path)
-        if raw is not None:  # refused before torch.load, which would only fail on it
-            raise ValueError(_plain_pickle_message(path, raw))
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as exc:
-        names = _unsafe_globals(path, exc)
-        message = _pickled_message(path, names) if names else _corrupt_message(path, exc)
-        raise ValueError(message) from exc
-    except OSError:
-        raise
-    except RecursionError:
-        raise ValueError(_too_deep(path, "torch.save")) from None
-    except Exception as exc:  # torch.load reports damage as RuntimeError, KeyError, EOFError…
-        raise ValueError(_corrupt_message(path, exc)) from exc
-
-
-def _too_deep(path: str, kind: str) -> str:
-    return (
-        f"{path} must nest its {kind} data less deeply than Python's recursion limit "
-        f"({sys.getrecursionlimit()}) to be read; it nests deeper (RecursionError); seekdata "
-        f"states are a few levels deep: save them nearer the top of the file"
-    )
-
-
-def _unsafe_globals(path: str, exc: Exception) -> list[str]:
-    """The classes and functions a pickle would have to import (what weights_only refused)."""
-    import torch
-
-    try:
-        return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-    except Exception:  # an older torch or a legacy-format file: take them from the error
-        return re.findall(r"GLOBAL (\S+) was not an allowed global", str(exc))
-
-
-def _plain_pickle_message(path: str, names: list[str]) -> str:
-    imports = f", importing {_some(names)}" if names else ""
-    return (
-        f"{path} must be a torch.save checkpoint or a JSON file to be inspected; it is a plain "
-        f"pickle (pickle.dump{imports}), refused unread: unpickling it could run code from the "
-        f"file, and seekdata will not; if you trust the file, load it with pickle.load and "
-        f"json.dump the states you want to inspect, or save with torch.save"
-    )
-
-
-def _pickled_message(path: str, names: list[str]) -> str:
-    return (
-        f"{path} must hold only tensors and plain containers (dict, list, int, str…) to be "
-        f"inspected; it contains pickled objects ({_some(names)}) whose loading would run their "
-        f"code, and seekdata will not execute them; save seekdata states as the plain dicts "
-        f"state_dict() returns, or, if you trust the file, load it with "
-        f"torch.load(weights_only=False) and json.dump the states you want to inspect"
-    )
-
-
-def _corrupt_message(path: str, exc: Exception) -> str:
-    lines = str(exc).splitlines()
-    detail = [line.strip() for line in lines if "WeightsUnpickler error:" in line]
-    reason = (detail or lines or [type(exc).__name__])[0]
-    return (
-        f"{path} must be a torch.save checkpoint or a JSON file; torch.load cannot read it "
-        f"({type(exc).__name__}: {reason}); the file is truncated or corrupt: inspect an "
-        f"earlier checkpoint"
-    )
 
 
 # --- showing --------------------------------------------------------------------------------
@@ -370,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         node, keys = resolve(obj, args.key) if args.key is not None else (obj, ())
     except ValueError as exc:
-        top = f"; top-level keys of {path}: {_some(list(obj))}" if isinstance(obj, Mapping) else ""
+        top = f"; top-level keys of {path}: {some(list(obj))}" if isinstance(obj, Mapping) else ""
         found = ", ".join(path_text(k) for k, _ in find_states(obj)) or "none"
         raise ValueError(
             f"{exc}{top}; seekdata states in the file: {found}; pass a path to one of them"
@@ -381,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
             {"file": str(path), "format": kind, "states": states}, indent=2, default=repr
         )
     except RecursionError:
-        raise ValueError(_too_deep(path, "state")) from None
+        raise ValueError(too_deep(path, "state")) from None
     if args.json:
         print(text)
     elif states:
@@ -399,10 +279,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m seekdata.inspection ...``: the same as ``seekdata inspect ...``."""
-    from seekdata import cli
-
-    return cli.main(["inspect", *(sys.argv[1:] if argv is None else argv)])
+    """``python -m seekdata.tools.inspection ...``: the same as ``seekdata inspect ...``."""
+    return _command.main_of("inspect", add_parser, argv)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,9 @@
 
 One argparse subcommand per task. To add one, write ``_add_<name>(subparsers)``
 that registers its parser with ``set_defaults(run=_run_<name>)``, and list it in
-:data:`_COMMANDS`. A command's ``run(args)`` returns the exit status; a
-``ValueError``, ``TypeError`` or ``OSError`` it raises is printed on stderr as
-``seekdata <command>: error: ...`` with exit status 2 (argparse's own usage
-errors exit 2 too).
+:data:`_COMMANDS`. A command's ``run(args)`` returns the exit status; errors are
+reported as :mod:`seekdata.tools._command` says. The tools are imported when their
+parser is registered; none of them imports this module.
 """
 
 from __future__ import annotations
@@ -14,6 +13,8 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
+
+from seekdata.tools import _command
 
 __all__ = ["build_parser", "main"]
 
@@ -61,11 +62,11 @@ def _add_index(subparsers: _Subparsers) -> None:
 
 
 def _run_index(args: argparse.Namespace) -> int:
-    from . import _tarindex
+    from seekdata import _shardurls, _tarindex
 
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    urls = [url for pattern in args.urls for url in _tarindex.expand_urls(pattern)]
+    urls = [url for pattern in args.urls for url in _shardurls.expand_urls(pattern)]
     shards = _tarindex.index_shards(
         urls,
         index_dir=args.index_dir,
@@ -99,19 +100,19 @@ def _progress_bar(items: Iterator[_T], total: int) -> Iterator[_T]:
 
 
 def _add_inspect(subparsers: _Subparsers) -> None:
-    from . import inspection
+    from seekdata.tools import inspection
 
     inspection.add_parser(subparsers)
 
 
 def _add_verify(subparsers: _Subparsers) -> None:
-    from . import verify
+    from seekdata.tools import verify
 
     verify.add_parser(subparsers)
 
 
 def _add_bench(subparsers: _Subparsers) -> None:
-    from . import bench
+    from seekdata.tools import bench
 
     bench.add_parser(subparsers)
 
@@ -126,28 +127,12 @@ _COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``seekdata`` argument parser, with every subcommand registered."""
-    parser = argparse.ArgumentParser(
-        prog="seekdata", description="Tools for exactly resumable PyTorch training data."
-    )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in _COMMANDS:
-        add(subparsers)
-    return parser
+    return _command.build_parser(_COMMANDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``seekdata`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
-    try:
-        status: int = args.run(args)
-    except (ValueError, TypeError, OSError) as exc:
-        print(f"seekdata {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    return status
+    return _command.run(build_parser(), argv)
 
 
 if __name__ == "__main__":

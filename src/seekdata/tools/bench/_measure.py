@@ -16,10 +16,10 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from seekdata.bench._harness import LOADERS, Progress, best_of, median, pyplot
-from seekdata.bench._workloads import Reseeding, grain_loader
 from seekdata.loader import StatefulDataLoader
 from seekdata.rng import sample_rng
+from seekdata.tools.bench._harness import LOADERS, Progress, best_of, median, pyplot
+from seekdata.tools.bench._workloads import Reseeding, grain_loader
 
 # --- what is measured ---------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.utils.data
 
-from seekdata.bench._harness import (
+from seekdata.tools.bench._harness import (
     LOADERS,
     Progress,
     bar_plot,
@@ -41,7 +41,7 @@ from seekdata.bench._harness import (
     wait_workers,
     write,
 )
-from seekdata.bench._measure import (
+from seekdata.tools.bench._measure import (
     Indices,
     Synthetic,
     first_batch_s,
@@ -56,7 +56,7 @@ from seekdata.bench._measure import (
     state_cost,
     states_at,
 )
-from seekdata.bench._workloads import Images, Reseeding, TokenWindows, grain_available
+from seekdata.tools.bench._workloads import Images, Reseeding, TokenWindows, grain_available
 
 __all__ = [
     "LOADERS",

@@ -1,0 +1,339 @@
+"""The main job: a DDP run killed mid-epoch and resumed is the same run, bit for bit.
+
+``python -m seekdata.demo`` launches a real DDP job with torchrun (gloo on CPU, NCCL where
+GPUs are present): a small model with Dropout trains on a synthetic dataset with random
+augmentation, ``num_workers > 0``. A second job is killed with SIGKILL at random steps
+mid-epoch (the time limit), resubmitted each time from its last checkpoint, with another
+``num_workers``. The demo then compares per-step losses on every rank and the final
+parameters with the uninterrupted job, prints a table and writes a plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import seekdata
+
+EPOCH_STEPS_HINT = "an epoch is n / (batch size × ranks) steps"
+_CONFIG_ENV = "SEEKDATA_DEMO_CONFIG"
+
+
+# --- the training job (one rank) -----------------------------------------------------------------
+
+
+class Synthetic(torch.utils.data.Dataset):
+    """Points on noisy class clusters, augmented with global RNG (as third-party code does)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        label = i % 4
+        base = torch.tensor([np.cos(label * 1.57), np.sin(label * 1.57)] * 4, dtype=torch.float32)
+        x = base + 0.3 * torch.randn(8)  # augmentation: torch global RNG
+        if np.random.rand() < 0.5:  # augmentation: numpy global RNG
+            x = x.flip(0)
+        return x, torch.tensor(label)
+
+
+def _train(args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from seekdata.checkpoint import CheckpointManager
+
+    torch.set_num_threads(1)  # bit-exact CPU math: no thread-count-dependent reductions
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank = dist.get_rank()
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    run = Path(args.run_dir)
+    dataset = Synthetic(args.n)
+    sampler = seekdata.DistributedSampler(dataset, seed=args.seed)
+    loader = seekdata.StatefulDataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        sampler=sampler,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+        seed=args.seed,
+    )
+    torch.manual_seed(0)  # the same initial weights on every rank (not a per-step key)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(32, 4)
+    ).to(device)
+    model = DDP(net)
+    optim = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    manager = CheckpointManager(run / "ckpt", keep_last=2)
+    step, epoch = 0, 0
+    ckpt = manager.load_latest(map_location=device)
+    if ckpt is not None:
+        net.load_state_dict(ckpt["model"])
+        optim.load_state_dict(ckpt["optim"])
+        loader.load_state_dict(ckpt["loader"])  # global: the same on every rank, any workers
+        step, epoch = ckpt["step"], ckpt["epoch"]
+    log = (run / f"rank{rank}.jsonl").open("a")
+    while step < args.steps:
+        sampler.set_epoch(epoch)  # never rewinds a restored epoch
+        for x, y in loader:
+            seekdata.set_step_rng(args.seed, step)  # Dropout: a pure function of (seed, step, rank)
+            loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            step += 1
+            log.write(json.dumps({"step": step, "epoch": epoch, "loss": loss.item()}) + "\n")
+            log.flush()
+            if step % args.ckpt_every == 0 or step == args.steps:
+                state = {
+                    "model": net.state_dict(),
+                    "optim": optim.state_dict(),
+                    "loader": loader.state_dict(),
+                    "step": step,
+                    "epoch": epoch,
+                }
+                manager.save(step, state)  # rank 0 writes atomically, every rank waits
+            if step >= args.steps:
+                break
+        else:
+            epoch += 1
+    if rank == 0:
+        torch.save({k: v.cpu() for k, v in net.state_dict().items()}, run / "final.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# --- the orchestrator ----------------------------------------------------------------------------
+
+
+def _launch(args: argparse.Namespace, run: Path, workers: int) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc-per-node={args.ranks}",
+        "-m",
+        "seekdata.tools.demo",
+        "--worker",
+    ]
+    # the job's settings travel in the environment: torchrun would claim abbreviated flags
+    config = {**vars(args), "run_dir": str(run), "workers": workers}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        _CONFIG_ENV: json.dumps(config),
+    }
+    with (run / "torchrun.log").open("ab") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def _last_step(run: Path) -> int:
+    path = run / "rank0.jsonl"
+    if not path.exists():
+        return 0
+    lines = path.read_text().splitlines()
+    return json.loads(lines[-1])["step"] if lines else 0
+
+
+def _wait(proc: subprocess.Popen[bytes], run: Path, timeout: float, kill_at: int | None) -> bool:
+    """Wait for the job; SIGKILL its whole process group once rank 0 logged ``kill_at``."""
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None:
+            if kill_at is not None and _last_step(run) >= kill_at:
+                os.killpg(proc.pid, signal.SIGKILL)  # the time limit: no warning, no cleanup
+                proc.wait()
+                return False
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"demo: the job in {run} ran past {timeout:.0f} s; see {run / 'torchrun.log'}"
+                )
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"demo: the job in {run} failed (exit {proc.returncode}); see {run / 'torchrun.log'}"
+        )
+    return True
+
+
+def _losses(run: Path, ranks: int) -> Losses:
+    """Per rank: step -> loss, the last value written for each step (resumed steps rewrite)."""
+    out = []
+    for r in range(ranks):
+        per: dict[int, float] = {}
+        for line in (run / f"rank{r}.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            per[rec["step"]] = rec["loss"]
+        out.append(per)
+    return out
+
+
+def run_demo(args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out)
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    ref_dir, cut_dir = out / "uninterrupted", out / "interrupted"
+    for d in (ref_dir, cut_dir):
+        d.mkdir(parents=True)
+    if args.kill_at is None:  # where the time limit strikes: keyed "KILL", reproducible
+        rng = seekdata.numpy_generator(args.seed, 0x4B494C4C)
+        points = rng.choice(np.arange(2, args.steps - 1), size=args.kills, replace=False)
+        kills = sorted(int(k) for k in points)
+    else:
+        kills = sorted(args.kill_at)
+    print(
+        f"uninterrupted job: {args.ranks} ranks × {args.workers} workers, {args.steps} steps "
+        f"({EPOCH_STEPS_HINT}: {args.n // (args.batch_size * args.ranks)})",
+        flush=True,
+    )
+    _wait(_launch(args, ref_dir, args.workers), ref_dir, args.timeout, None)
+    workers = args.workers
+    for k in kills:
+        print(f"interrupted job: {workers} workers, SIGKILL after step {k}", flush=True)
+        _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, k)
+        workers = args.resume_workers if workers == args.workers else args.workers
+    print(f"resubmitted job: {workers} workers, from the last checkpoint to the end", flush=True)
+    _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, None)
+
+    ref, cut = _losses(ref_dir, args.ranks), _losses(cut_dir, args.ranks)
+    final_ref = torch.load(ref_dir / "final.pt", weights_only=True)
+    final_cut = torch.load(cut_dir / "final.pt", weights_only=True)
+    params_equal = all(torch.equal(final_ref[k], final_cut[k]) for k in final_ref)
+    losses_equal = all(ref[r] == cut[r] for r in range(args.ranks))
+    _table(ref, cut, kills)
+    summary = {
+        "kills": kills,
+        "losses_equal": losses_equal,
+        "params_equal": params_equal,
+        "ranks": args.ranks,
+        "workers": args.workers,
+        "resume_workers": args.resume_workers,
+        "steps": args.steps,
+        "losses": {"uninterrupted": ref, "interrupted": cut},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    _plot(ref, cut, kills, out / "losses.png")
+    verdict = "BIT-IDENTICAL" if losses_equal and params_equal else "DIFFERENT"
+    print(
+        f"\nper-step losses on all {args.ranks} ranks equal: {losses_equal}; final parameters "
+        f"torch.equal: {params_equal} -> {verdict}\n"
+        f"wrote {out / 'losses.png'} and {out / 'summary.json'}"
+    )
+    return summary
+
+
+Losses = list[dict[int, float]]
+
+
+def _table(ref: Losses, cut: Losses, kills: list[int]) -> None:
+    ranks = range(len(ref))
+    print(
+        f"\n{'step':>4} | "
+        + " | ".join(f"rank {r} uninterrupted | rank {r} resumed" for r in ranks)
+    )
+    for step in sorted(ref[0]):
+        mark = "  <- SIGKILL" if step in kills else ""
+        cells = " | ".join(
+            f"{ref[r][step]:>20.9f} | {cut[r].get(step, float('nan')):>15.9f}" for r in ranks
+        )
+        same = all(ref[r][step] == cut[r].get(step) for r in ranks)
+        print(f"{step:>4} | {cells} {'==' if same else '!='}{mark}")
+
+
+def _plot(ref: Losses, cut: Losses, kills: list[int], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is in the bench/test extras
+        print("matplotlib is not installed: no plot (pip install matplotlib)")
+        return
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for r in range(len(ref)):
+        steps = sorted(ref[r])
+        ref_line = [ref[r][s] for s in steps]
+        cut_line = [cut[r][s] for s in steps]
+        ax.plot(steps, ref_line, lw=3, alpha=0.35, label=f"rank {r} uninterrupted")
+        ax.plot(steps, cut_line, lw=1, ls="--", label=f"rank {r} killed + resumed")
+    for k in kills:
+        ax.axvline(k, color="red", lw=0.8, alpha=0.6)
+    ax.set_xlabel("step (red: SIGKILL)")
+    ax.set_ylabel("loss")
+    ax.set_title("DDP job killed mid-epoch and resumed vs uninterrupted")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m seekdata.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--ranks", type=int, default=2, help="DDP ranks (processes)")
+    p.add_argument("--workers", type=int, default=2, help="num_workers of the first job")
+    p.add_argument("--resume-workers", type=int, default=1, help="num_workers after a resubmit")
+    p.add_argument("--steps", type=int, default=40, help="training steps in all")
+    p.add_argument("--kills", type=int, default=2, help="random SIGKILL points")
+    p.add_argument("--kill-at", type=int, nargs="+", help="explicit SIGKILL steps instead")
+    p.add_argument("--n", type=int, default=200, help="dataset size")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--ckpt-every", type=int, default=3, help="checkpoint every k steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=300, help="seconds per job")
+    p.add_argument("--out", default="seekdata-demo", help="folder for runs, summary, plot")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for name in ("ranks", "steps", "batch_size", "ckpt_every", "n"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+    if args.workers < 0 or args.resume_workers < 0:
+        p.error("--workers and --resume-workers must be >= 0")
+    if not args.worker and args.kill_at is None and not 0 < args.kills <= max(args.steps - 3, 0):
+        p.error(f"--kills must be in [1, steps - 3] = [1, {args.steps - 3}]; got {args.kills}")
+    if args.kill_at is not None and any(not 0 < k < args.steps for k in args.kill_at):
+        p.error(f"--kill-at steps must lie in (0, {args.steps}); got {args.kill_at}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.worker:
+        _train(argparse.Namespace(**json.loads(os.environ[_CONFIG_ENV])))
+        return 0
+    summary = run_demo(args)
+    return 0 if summary["losses_equal"] and summary["params_equal"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
