@@ -171,7 +171,7 @@ def test_snapshot_every_n_steps_is_torchdatas_and_keeps_resume_exact() -> None:
 
     loader = make(snapshot_every_n_steps=3)
     assert loader.snapshot_every_n_steps == 3
-    assert loader._iterable.engine.snapshot_every_n_steps == 3  # handed to torchdata's engine
+    assert loader._engine.engine.snapshot_every_n_steps == 3  # handed to torchdata's engine
     full = list(make())
     it = iter(loader)
     head = [next(it) for _ in range(4)]  # past a snapshot, between two

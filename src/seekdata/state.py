@@ -164,12 +164,12 @@ def check_state(
     return mismatched
 
 
-def warn_rewind(where: str, epoch: int, restored: int | None) -> None:
+def warn_rewind(where: str, epoch: int, restored: int | None, stacklevel: int = 3) -> None:
     """Warn when ``set_epoch(epoch)`` goes below the epoch a state restored (a buggy resume)."""
     if restored is not None and epoch < restored:
         warnings.warn(
             f"{where}: set_epoch({epoch}) is below the restored epoch {restored}, so the run "
             f"goes back to epoch {epoch} and trains again on epochs it already saw; when "
             f"resuming, start the epoch loop at the checkpoint's epoch ({restored})",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
