@@ -37,6 +37,7 @@ class Cursor:
         self.exhausted = False  # this epoch's iterator finished: the next begin() may roll over
         self._explicit = False  # set_epoch/seek since the last begin(): an end is kept
         self._restored: int | None = None  # the epoch a state restored, until set_epoch
+        self.skips: list[list[int]] = []  # global-step ranges [start, stop) never handed out
 
     @property
     def ended(self) -> bool:
@@ -102,6 +103,17 @@ class Cursor:
             S.K_EXHAUSTED: self.exhausted and self.ended,
         }
 
+    def add_skip(self, start: int, stop: int) -> None:
+        """Never hand out global steps ``[start, stop)``: merged into :attr:`skips` (sorted,
+        disjoint), which the state records."""
+        merged: list[list[int]] = []
+        for a, b in sorted([*self.skips, [start, stop]]):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self.skips = merged
+
     def origin_field(self) -> int:
         return self.origin if not self.ended else 0
 
@@ -121,5 +133,6 @@ class Cursor:
         between epochs): at the end if this one was, else at the start."""
         new = Cursor(end)
         new.epoch, new.exhausted, new._explicit = self.epoch, self.exhausted, self._explicit
+        new.skips = self.skips
         new.position = end if self.ended else 0
         return new

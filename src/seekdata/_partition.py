@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["batches", "local_len", "local_positions", "position_after"]
+__all__ = [
+    "batches",
+    "epoch_holes",
+    "kept_step",
+    "local_len",
+    "local_positions",
+    "moved",
+    "position_after",
+]
 
 
 def local_len(n: int, world: int, drop_last: bool, start: int) -> int:
@@ -41,3 +49,40 @@ def position_after(n: int, world: int, drop_last: bool, start: int, consumed: in
 def batches(local: int, batch_size: int, drop_last: bool) -> int:
     """Batches of ``batch_size`` in ``local`` samples; the last one is short unless dropped."""
     return local // batch_size if drop_last else -(-local // batch_size)
+
+
+def moved(epoch: int, step: int, k: int, per_epoch: int) -> tuple[int, int]:
+    """(epoch, step) after moving ``k`` batches (back when negative) from ``step`` of
+    ``epoch``, across epoch ends; every epoch has ``per_epoch`` batches. Raises before epoch 0."""
+    target = epoch * per_epoch + step + k
+    if target < 0:
+        raise ValueError(
+            f"cannot move {k} batches from step {step} of epoch {epoch}: that is before the "
+            f"first batch of epoch 0 ({per_epoch} batches per epoch); pass a smaller move"
+        )
+    return divmod(target, per_epoch)
+
+
+def epoch_holes(
+    skips: list[list[int]], epoch: int, per_epoch: int, lo: int, hi: int
+) -> list[tuple[int, int]]:
+    """The global-step ranges ``skips`` (global step = epoch × per_epoch + step) that fall in
+    ``epoch``'s steps ``[lo, hi)``, as sorted in-epoch ranges."""
+    base = epoch * per_epoch
+    holes = []
+    for a, b in skips:
+        a, b = max(a - base, lo), min(b - base, hi)
+        if a < b:
+            holes.append((a, b))
+    return sorted(holes)
+
+
+def kept_step(step0: int, k: int, holes: list[tuple[int, int]]) -> int:
+    """The in-epoch step after ``k`` batches kept from ``step0``, jumping over ``holes`` (sorted,
+    disjoint in-epoch ranges, each after ``step0``): a hole right after the k-th batch is jumped
+    at once."""
+    step = step0 + k
+    for a, b in holes:
+        if a <= step:
+            step += b - a
+    return step

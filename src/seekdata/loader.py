@@ -235,6 +235,21 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         epoch; an epoch below the restored one is obeyed, with a warning naming both."""
         self._engine.set_epoch(epoch)
 
+    def skip(self, batches: int) -> None:
+        """Move the cursor by ``batches`` global batches (back when negative) in O(1), across
+        epoch ends: the next ``iter()`` continues exactly where the uninterrupted run was that
+        many steps later (or earlier). Every epoch counts ``len(loader)`` batches; a move lands
+        on the epoch's own partition. An iterator from before stops (as after
+        ``load_state_dict``). Needs a seekable sampler."""
+        self._engine.skip(batches)
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        """Never hand out the global steps ``[start, stop)`` (a global step is
+        ``epoch * len(loader) + step in the epoch``): the stream jumps over them when it gets
+        there, and every later step is the uninterrupted run's. Recorded in ``state_dict()``,
+        so a later resume keeps the skip. An iterator from before stops; call ``iter()``."""
+        self._engine.skip_steps(start, stop)
+
     # --- what frameworks read -------------------------------------------------------------------
 
     @property

@@ -184,6 +184,26 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             epoch = check_counter(epoch, "epoch", where)
         self.cursor.seek(position, epoch)
 
+    def skip(self, batches: int, batch_size: int = 1) -> None:
+        """Move the cursor by ``batches`` global batches (``batch_size`` samples per rank each;
+        back when negative) in O(1), across epoch ends: every epoch counts
+        ``ceil(len(self) / batch_size)`` batches, and a move lands on the epoch's own partition.
+        :meth:`seekdata.StatefulDataLoader.skip` does this for a loader."""
+        where = "DistributedSampler.skip"
+        for name, value, low in (("batches", batches, None), ("batch_size", batch_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{where}: {name} must be an int; got {type(value).__name__}")
+            if low is not None and value < low:
+                raise ValueError(f"{where}: {name} must be >= {low}; got {value}")
+        per_epoch = P.batches(self.local_len(0), batch_size, False)
+        epoch, position = self.cursor.next_start()
+        step = per_epoch if position >= self.n else position // self.num_replicas // batch_size
+        try:
+            epoch, step = P.moved(epoch, step, batches, per_epoch)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        self.cursor.seek(self.position_after(0, step * batch_size), epoch)
+
     def indices(self, epoch: int, positions: Any) -> np.ndarray:
         """Dataset indices at global ``positions`` of ``epoch`` (any rank's view): O(1) each."""
         epoch = check_counter(epoch, "epoch", "DistributedSampler.indices")

@@ -44,6 +44,14 @@ class Engine(Protocol):
         """A torch attribute read at every ``iter()`` was assigned (``num_workers``, ...)."""
         ...
 
+    def skip(self, batches: int) -> None:
+        """Move the cursor by ``batches`` global batches (back when negative), O(1)."""
+        ...
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        """Never hand out global steps ``[start, stop)``; recorded in the state."""
+        ...
+
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: Any, strict: bool) -> None:

@@ -26,6 +26,10 @@ from seekdata._cursor import Cursor
 from seekdata._seed import seed_to_adopt
 
 _WORKER_TAG = 0x574B5252  # "WKRR": worker RNG keys (seed, WORKER, epoch, rank, worker)
+_CANNOT_SKIP = (
+    "StatefulDataLoader.{what}: an IterableDataset decides its own order, so its cursor cannot "
+    "move; got a loader over an IterableDataset; use a map-style dataset to skip batches"
+)
 K_ENGINE = "engine"  # torchdata's own state, nested (JSON-native for iterable datasets)
 
 
@@ -184,6 +188,12 @@ class IterableEngine:
     def set_epoch(self, epoch: int) -> None:
         self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3)
         self._forward_epoch()
+
+    def skip(self, batches: int) -> None:
+        raise ValueError(_CANNOT_SKIP.format(what="skip"))
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        raise ValueError(_CANNOT_SKIP.format(what="skip_steps"))
 
     def fields(self, seed: int | None = None) -> dict[str, Any]:
         return {

@@ -115,6 +115,26 @@ class KeyedEngine:
     def load(self, state: Any, step: int) -> None:
         raise NotImplementedError
 
+    def skip(self, batches: int) -> None:
+        raise ValueError(self._cannot_skip("skip"))
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        raise ValueError(self._cannot_skip("skip_steps"))
+
+    def _cannot_skip(self, what: str) -> str:
+        return (
+            f"StatefulDataLoader.{what}: moving the cursor needs a seekable sampler; got the "
+            f"sampler {type(self.sampler).__name__}, whose order only replays; build the loader "
+            f"with shuffle= or sampler=seekdata.DistributedSampler(dataset)"
+        )
+
+    def detach_live(self) -> None:
+        """The cursor moved: an iterator from before stops counting (torchdata's rule)."""
+        live = self._live() if self._live is not None else None
+        if live is not None:
+            live.detach()
+        self._live = None
+
     def adopt_seed(self, seed: int) -> None:
         """A checkpoint's seed replaces ours (``seed=None``): key the samples with it."""
         self.seed = seed
@@ -167,6 +187,7 @@ class KeyedEngine:
             **self.fields(),
             S.K_WORLD_SIZE: self.world_size(),
             S.K_ORIGIN: self.cursor.origin_field(),
+            **({S.K_SKIPS: [list(p) for p in self.cursor.skips]} if self.cursor.skips else {}),
         }
 
     def load_state_dict(self, state: Any, strict: bool) -> None:
@@ -187,10 +208,7 @@ class KeyedEngine:
                 f"pass an unmodified state_dict()"
             )
         # everything is valid: only now change the engine
-        live = self._live() if self._live is not None else None
-        if live is not None:
-            live.detach()
-        self._live = None
+        self.detach_live()
         if seed != self.seed:
             self.adopt_seed(seed)
         self.load(state, step)

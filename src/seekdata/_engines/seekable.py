@@ -23,10 +23,14 @@ def plan_batches(
     batch_size: int,
     drop_last: bool,
     step0: int,
+    limit: int | None = None,
 ) -> Iterator[BatchKey]:
-    """This rank's batches of ``epoch`` from global position ``start``, as keys."""
+    """This rank's batches of ``epoch`` from global position ``start`` (at most ``limit``), as
+    keys numbered from ``step0``."""
     local = sampler.local_len(start)
     total = min(P.batches(local, batch_size, drop_last) * batch_size, local)  # last may be short
+    if limit is not None:
+        total = min(total, limit * batch_size)
     b = batch_size
     k0, chunk = 0, b  # the first chunk is one batch (fast first batch), then it grows
     while k0 < total:
@@ -114,21 +118,84 @@ class SeekableEngine(KeyedEngine):
     def begin(self) -> None:
         self.epoch, self.start = self.sampler.begin()
         self.step0 = self.cursor.step if self.start > 0 else 0
+        self.span = P.batches(self.sampler.local_len(self.start), self.b, self.drop_last)
+        self.holes: list[tuple[int, int]] = []
+        if self.cursor.skips:  # skipped global steps in this epoch: in-epoch ranges
+            lo, hi = self.step0, self.step0 + self.span
+            holes = P.epoch_holes(self.cursor.skips, self.epoch, self.full_len(), lo, hi)
+            if holes and holes[0][0] == self.step0:  # the cursor is in one: jump it now
+                jump = holes.pop(0)[1] - self.step0
+                self.start = self.sampler.position_after(self.start, jump * self.b)
+                self.step0, self.span = self.step0 + jump, self.span - jump
+            self.holes = holes
         self.cursor.advance(self.start, self.step0)
-        self.num_batches = P.batches(self.sampler.local_len(self.start), self.b, self.drop_last)
+        self.num_batches = self.span - sum(b - a for a, b in self.holes)
 
     def batches(self) -> Iterator[BatchKey]:
-        return plan_batches(
-            self.sampler, self.epoch, self.start, self.b, self.drop_last, self.step0
-        )
+        if not self.holes:
+            return plan_batches(
+                self.sampler, self.epoch, self.start, self.b, self.drop_last, self.step0
+            )
+        return self._around_holes()
+
+    def _around_holes(self) -> Iterator[BatchKey]:
+        step, end = self.step0, self.step0 + self.span
+        for a, b in [*self.holes, (end, end)]:
+            if step < a:
+                start = self.sampler.position_after(self.start, (step - self.step0) * self.b)
+                yield from plan_batches(
+                    self.sampler, self.epoch, start, self.b, self.drop_last, step, a - step
+                )
+            step = b
 
     def consumed(self, k: int, end: bool = False) -> None:
+        step = P.kept_step(self.step0, k, self.holes)
         if end:
             self.cursor.finish()
         elif k >= self.num_batches:
-            self.cursor.advance(self.sampler.n, self.step0 + k)
+            self.cursor.advance(self.sampler.n, step)
         else:
-            self.cursor.advance(self.sampler.position_after(self.start, k * self.b), self.step0 + k)
+            position = self.sampler.position_after(self.start, (step - self.step0) * self.b)
+            self.cursor.advance(position, step)
+
+    # --- moving the cursor ----------------------------------------------------------------------
+
+    def skip(self, batches: int) -> None:
+        where = "StatefulDataLoader.skip"
+        if isinstance(batches, bool) or not isinstance(batches, int):
+            raise TypeError(
+                f"{where}: batches must be an int (negative: back); got "
+                f"{type(batches).__name__} {batches!r}"
+            )
+        if batches == 0:
+            return
+        per_epoch = self.full_len()
+        epoch, position = self.cursor.next_start()
+        if position >= self.sampler.n:
+            step = per_epoch  # the epoch is used up: a move counts from its end
+        else:
+            step = self.cursor.step if epoch == self.cursor.epoch else 0
+        try:
+            epoch, step = P.moved(epoch, step, batches, per_epoch)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        self.detach_live()
+        self.cursor.seek(self.sampler.position_after(0, step * self.b), epoch, step)
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        where = "StatefulDataLoader.skip_steps"
+        for name, value in (("start", start), ("stop", stop)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"{where}: {name} must be a global step, an int >= 0; got {value!r}"
+                )
+        if start >= stop:
+            raise ValueError(
+                f"{where}: the range [start, stop) must not be empty; got start={start}, "
+                f"stop={stop}; pass stop > start"
+            )
+        self.detach_live()
+        self.cursor.add_skip(start, stop)
 
     def set_epoch(self, epoch: int) -> None:
         self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3)
@@ -150,6 +217,7 @@ class SeekableEngine(KeyedEngine):
 
     def load(self, state: Any, step: int) -> None:
         self.sampler.restore(state, step)
+        self.cursor.skips = [list(pair) for pair in state.get(S.K_SKIPS, [])]
 
     def adopt_seed(self, seed: int) -> None:
         if self.owns_sampler:
