@@ -135,6 +135,11 @@ class KeyedEngine:
             live.detach()
         self._live = None
 
+    def elastic_batch(self, state: Any, where: str, strict: bool) -> int:
+        """The per-rank batch size ``state`` must hold: ours (the seekable path also accepts
+        another one that keeps the global batch)."""
+        return self.batch_size or 1
+
     def adopt_seed(self, seed: int) -> None:
         """A checkpoint's seed replaces ours (``seed=None``): key the samples with it."""
         self.seed = seed
@@ -196,6 +201,7 @@ class KeyedEngine:
             state, self.seed, explicit=self.seed_explicit, owns_sampler=self.owns_sampler
         )
         expected = {S.K_KIND: "loader", **self.fields(seed)}
+        expected[S.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
         if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
             stream = self.fields(seed)
             expected = {S.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch.utils.data
 
@@ -39,6 +39,10 @@ def plan_batches(
             yield BatchKey(epoch, step0 + (k0 + j) // b, tuple(idx[j : j + b]))
         k0 += chunk
         chunk = min(chunk * 4, max(b, 8192 // b * b))
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class BatchIndices(torch.utils.data.BatchSampler):
@@ -218,6 +222,35 @@ class SeekableEngine(KeyedEngine):
     def load(self, state: Any, step: int) -> None:
         self.sampler.restore(state, step)
         self.cursor.skips = [list(pair) for pair in state.get(S.K_SKIPS, [])]
+
+    def elastic_batch(self, state: Any, where: str, strict: bool) -> int:
+        """Elastic global batch: a state saved with W ranks of B loads on W' ranks of B' when
+        W'·B' = W·B. Global step s is the global positions [s·W·B, (s+1)·W·B) however W·B is
+        factored, so every later step sees the same samples with the same per-sample
+        randomness. A changed B that changes W·B is refused with the batch size that fits."""
+        here = self.batch_size or 1
+        if not isinstance(state, dict):
+            return here
+        old, world = state.get(S.K_BATCH_SIZE), state.get(S.K_WORLD_SIZE)
+        if not (_is_int(old) and _is_int(world)) or old == here:
+            return here  # a malformed field: the state check names it
+        w_here = self.sampler.num_replicas
+        if old * world == here * w_here:
+            return int(old)  # the same global batch: a deliberate, checked change
+        if not strict:
+            return here  # the state check warns about the batch size, as for any field
+        fits = old * world // w_here if old * world % w_here == 0 else None
+        fix = (
+            f"pass batch_size={fits} to keep the global batch, or "
+            if fits not in (None, old)
+            else ""
+        )
+        raise S.StateMismatchError(
+            f"{where}: batch_size is {old} on {world} ranks in the checkpoint (global batch "
+            f"{old * world}) but {here} on {w_here} ranks here (global batch {here * w_here}); "
+            f"a changed per-rank batch must keep the global batch; {fix}pass batch_size={old} "
+            f"(the same per-rank batch, a new global batch), or strict=False"
+        )
 
     def adopt_seed(self, seed: int) -> None:
         if self.owns_sampler:
