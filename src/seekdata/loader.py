@@ -22,7 +22,7 @@ from seekdata._engines.replay import ReplayEngine
 from seekdata._engines.seekable import SeekableEngine
 from seekdata._seed import default_seed
 from seekdata._torch_api import FORWARDED, FROZEN, check_torch_args
-from seekdata.sampler import DistributedSampler, _check_bool, dataset_length
+from seekdata.sampler import DistributedSampler, check_bool, dataset_length
 
 __all__ = ["StatefulDataLoader"]
 
@@ -101,8 +101,8 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         self.reseed_global_rng: bool | tuple[str, ...] = (
             bool(reseed_global_rng) if isinstance(reseed_global_rng, bool | np.bool_) else reseed
         )
-        self.drop_last = _check_bool(drop_last, "drop_last", where)
-        self.in_order = _check_bool(in_order, "in_order", where)
+        self.drop_last = check_bool(drop_last, "drop_last", where)
+        self.in_order = check_bool(in_order, "in_order", where)
         if batch_size is not None and (
             isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
         ):

@@ -45,7 +45,7 @@ def dataset_length(dataset: Any, where: str) -> int:
     return n
 
 
-def _check_bool(value: Any, name: str, where: str) -> bool:
+def check_bool(value: Any, name: str, where: str) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise TypeError(f"{where}: {name} must be a bool; got {type(value).__name__} {value!r}")
     return bool(value)
@@ -77,8 +77,8 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.dataset = dataset
         self.n = dataset_length(dataset, where)
         self.num_replicas, self.rank = _dist.world(num_replicas, rank, where=where)
-        self.shuffle = _check_bool(shuffle, "shuffle", where)
-        self.drop_last = _check_bool(drop_last, "drop_last", where)
+        self.shuffle = check_bool(shuffle, "shuffle", where)
+        self.drop_last = check_bool(drop_last, "drop_last", where)
         self.seed = check_counter(seed, "seed", where)
         self._order_arg = order
         if self.shuffle and getattr(dataset, "shuffles_itself", False):  # e.g. seekdata.Mixture
