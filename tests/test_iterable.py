@@ -171,7 +171,7 @@ def test_snapshot_every_n_steps_is_torchdatas_and_keeps_resume_exact() -> None:
 
     loader = make(snapshot_every_n_steps=3)
     assert loader.snapshot_every_n_steps == 3
-    assert loader._iterable.engine.snapshot_every_n_steps == 3  # handed to torchdata's engine
+    assert loader._engine.engine.snapshot_every_n_steps == 3  # handed to torchdata's engine
     full = list(make())
     it = iter(loader)
     head = [next(it) for _ in range(4)]  # past a snapshot, between two
@@ -182,3 +182,41 @@ def test_snapshot_every_n_steps_is_torchdatas_and_keeps_resume_exact() -> None:
     assert same(full, head + list(resumed))
     with pytest.raises(ValueError, match="snapshot_every_n_steps must be a positive int"):
         make(snapshot_every_n_steps=0)
+
+
+def _draws(reseed, caller_seed: int) -> list:
+    random.seed(caller_seed)
+    np.random.seed(caller_seed)
+    torch.manual_seed(caller_seed)
+    loader = seekdata.StatefulDataLoader(Stream(4), batch_size=2, seed=1, reseed_global_rng=reseed)
+    return list(loader)
+
+
+@pytest.mark.parametrize(
+    ("reseed", "keyed"),
+    [
+        (("numpy",), {"np"}),
+        (("torch", "random"), {"t", "py"}),
+        (False, set()),
+        (True, {"t", "np", "py"}),
+    ],
+)
+def test_iterable_seeds_exactly_the_generators_reseed_global_rng_names(reseed, keyed) -> None:
+    """Was ignored on this path: every generator was seeded whatever the option said."""
+    a, b = _draws(reseed, caller_seed=1), _draws(reseed, caller_seed=2)
+    for key in ("t", "np", "py"):
+        equal = all(torch.equal(x[key], y[key]) for x, y in zip(a, b, strict=True))
+        assert equal == (key in keyed), key  # keyed: the caller's RNG does not matter
+
+
+def test_iterable_rejects_batch_transform() -> None:
+    """Was ignored on this path: batches came out untransformed, silently."""
+    with pytest.raises(ValueError, match="batch_transform needs a map-style dataset"):
+        seekdata.StatefulDataLoader(Stream(), batch_size=2, batch_transform=lambda b, g: b)
+
+
+def test_iterable_batches_are_placed_as_accelerate_asks() -> None:
+    """accelerate's prepare sets the loader's placement; it was skipped for iterable datasets."""
+    loader = seekdata.StatefulDataLoader(Stream(4), batch_size=2, seed=1)
+    loader._place = lambda batch: ("placed", batch)
+    assert [tag for tag, _ in loader] == ["placed", "placed"]

@@ -293,6 +293,22 @@ def test_batch_size_none_and_batch_sampler() -> None:
     assert [b["index"].tolist() for b in batched] == [[0, 1], [2, 3], [4]]
 
 
+def test_batch_transform_needs_batches() -> None:
+    """It did nothing with batch_size=None (single samples are never collated): now refused;
+    with a batch sampler it applies to every batch."""
+    with pytest.raises(ValueError, match="batch_transform applies to batches"):
+        seekdata.StatefulDataLoader(
+            GlobalRNGAug(5), batch_size=None, batch_transform=lambda b, g: b
+        )
+
+    def tag(batch, gen):
+        return {**batch, "tagged": torch.ones(len(batch["index"]))}
+
+    bs = torch.utils.data.BatchSampler(range(5), 2, False)
+    loader = seekdata.StatefulDataLoader(GlobalRNGAug(5), batch_sampler=bs, batch_transform=tag)
+    assert all("tagged" in b for b in loader)
+
+
 def test_drop_last_and_len() -> None:
     loader = seekdata.StatefulDataLoader(GlobalRNGAug(10), batch_size=3, drop_last=True, seed=0)
     assert len(loader) == 3 and len(list(loader)) == 3

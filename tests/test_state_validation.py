@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 import torch
@@ -308,8 +309,8 @@ def test_shuffle_with_a_sampler_is_refused_as_torch_does(kwargs, which) -> None:
 
 def test_the_same_global_batch_on_another_world_size_sees_the_same_samples() -> None:
     """Step s covers global positions [s*B*W, (s+1)*B*W): 2 ranks x 4 resumed as 4 ranks x 2
-    (strict=False for the batch size) give every global step the same samples as before; the
-    docs promise this, not bit-identical model math."""
+    (a checked change: no strict=False, no warning) give every global step the same samples as
+    before; the docs promise this, not bit-identical model math."""
     ds = GlobalRNGAug(40)
 
     def ranks(world: int, batch: int) -> list[seekdata.StatefulDataLoader]:
@@ -334,8 +335,32 @@ def test_the_same_global_batch_on_another_world_size_sees_the_same_samples() -> 
         next(it)
     state = two[0].state_dict()
     four = ranks(4, 2)
-    with pytest.warns(UserWarning, match="batch_size is 4 in the checkpoint but 2 here"):
-        for x in four:
-            x.load_state_dict(state, strict=False)
+    for x in four:
+        x.load_state_dict(state)  # filterwarnings=error: no warning either
     assert global_steps(four) == ref[2:]
     assert [x.state_dict()["step"] for x in four] == [5] * 4  # the step count goes on too
+
+
+@pytest.mark.parametrize(
+    ("world", "batch", "fix"),
+    [(4, 3, "pass batch_size=2 to keep the global batch"), (3, 2, "pass batch_size=4 \\(the same")],
+)
+def test_a_changed_batch_that_changes_the_global_batch_is_refused_with_the_fix(
+    world, batch, fix
+) -> None:
+    ds = GlobalRNGAug(40)
+
+    def loader(w: int, b: int) -> seekdata.StatefulDataLoader:
+        sampler = seekdata.DistributedSampler(ds, w, 0, seed=2)
+        return seekdata.StatefulDataLoader(ds, batch_size=b, sampler=sampler, seed=2)
+
+    saved = loader(2, 4)
+    next(iter(saved))
+    state = saved.state_dict()
+    with pytest.raises(seekdata.StateMismatchError, match="must keep the global batch") as info:
+        loader(world, batch).load_state_dict(state)
+    assert re.search(fix, str(info.value)), str(info.value)
+    loader(4, 2).load_state_dict(state)  # 4 x 2 = 2 x 4: accepted
+    loader(3, 4).load_state_dict(state)  # the same per-rank batch on 3 ranks: as before
+    with pytest.warns(UserWarning, match="batch_size is 4 in the checkpoint but 3 here"):
+        loader(4, 3).load_state_dict(state, strict=False)

@@ -182,7 +182,7 @@ def test_multiprocessing_context_setter_is_torchs() -> None:
 def test_every_start_method_is_accepted(method: str) -> None:
     loader = Loader(Squares(8), batch_size=4, num_workers=1, multiprocessing_context=method)
     assert loader.multiprocessing_context.get_start_method() == method
-    assert loader._engine.multiprocessing_context is loader.multiprocessing_context
+    assert loader._engine.loader.multiprocessing_context is loader.multiprocessing_context
 
 
 def test_spawn_is_exact_and_resumes_on_another_worker_count() -> None:

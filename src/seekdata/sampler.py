@@ -19,7 +19,9 @@ import numpy as np
 import torch.utils.data
 
 from seekdata import _dist
+from seekdata import _partition as P
 from seekdata import state as S
+from seekdata._cursor import Cursor
 from seekdata.order import Order, make_order
 from seekdata.rng import check_counter
 
@@ -43,7 +45,7 @@ def dataset_length(dataset: Any, where: str) -> int:
     return n
 
 
-def _check_bool(value: Any, name: str, where: str) -> bool:
+def check_bool(value: Any, name: str, where: str) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise TypeError(f"{where}: {name} must be a bool; got {type(value).__name__} {value!r}")
     return bool(value)
@@ -75,8 +77,8 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.dataset = dataset
         self.n = dataset_length(dataset, where)
         self.num_replicas, self.rank = _dist.world(num_replicas, rank, where=where)
-        self.shuffle = _check_bool(shuffle, "shuffle", where)
-        self.drop_last = _check_bool(drop_last, "drop_last", where)
+        self.shuffle = check_bool(shuffle, "shuffle", where)
+        self.drop_last = check_bool(drop_last, "drop_last", where)
         self.seed = check_counter(seed, "seed", where)
         self._order_arg = order
         if self.shuffle and getattr(dataset, "shuffles_itself", False):  # e.g. seekdata.Mixture
@@ -87,72 +89,84 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.order: Order = make_order(
             order, self.n, self.seed, shuffle=self.shuffle, dataset=dataset
         )
-        self.num_samples = self._local_len(0)
+        self.cursor = Cursor(self.n)
+        self._shard(self.num_replicas, self.rank)
+
+    def _shard(self, num_replicas: int, rank: int) -> None:
+        self.num_replicas, self.rank = num_replicas, rank
+        self.num_samples = self.local_len(0)
         self.total_size = self.num_samples * self.num_replicas
-        self.epoch = 0
-        self.position = 0
-        self.origin = 0  # where this partition of the epoch began: padding repeats from here
-        self._restored: int | None = None  # the epoch a state restored, until set_epoch
-        self._explicit = False  # set_epoch/seek since the last iter(): an end is kept, not rolled
-        self._exhausted = False  # this epoch's iterator finished: the next iter() may roll over
 
-    # --- partition maths: pure functions of (n, W, drop_last, start) ---------------------------
+    def reshard(self, num_replicas: int, rank: int) -> None:
+        """Become rank ``rank`` of ``num_replicas`` (a framework sharding a single-process
+        loader). The cursor is a global position, so it stays where it is."""
+        where = "DistributedSampler.reshard"
+        num_replicas, rank = _dist.world(num_replicas, rank, where=where)
+        self._shard(num_replicas, rank)
 
-    def _local_len(self, start: int) -> int:
+    # --- the cursor (seekdata._cursor.Cursor holds it and its epoch-end rules) -------------------
+
+    @property
+    def epoch(self) -> int:
+        return self.cursor.epoch
+
+    @property
+    def position(self) -> int:
+        """Global positions of the epoch consumed over all ranks; ``n`` at the epoch's end."""
+        return self.cursor.position
+
+    @property
+    def origin(self) -> int:
+        return self.cursor.origin
+
+    def local_len(self, start: int) -> int:
         """Samples each rank takes from global position ``start`` to the end of the epoch."""
-        left = max(self.n - start, 0)
-        w = self.num_replicas
-        return left // w if self.drop_last else -(-left // w)
+        return P.local_len(self.n, self.num_replicas, self.drop_last, start)
 
-    def _local_indices(self, epoch: int, start: int, k0: int, k1: int) -> np.ndarray:
-        """This rank's dataset indices for its local steps ``k0 <= k < k1`` from ``start``."""
-        pos = start + self.rank + self.num_replicas * np.arange(k0, k1, dtype=np.int64)
-        # positions past n pad from the head of the partition: the epoch's head (torch) or,
-        # after a resume on another world size, the head of what was left; never consumed ones
-        origin = self.origin
-        return self.order.indices(epoch, origin + (pos - origin) % max(self.n - origin, 1))
+    def position_after(self, start: int, consumed: int) -> int:
+        """The global cursor after each rank consumed ``consumed`` samples from ``start``."""
+        return P.position_after(self.n, self.num_replicas, self.drop_last, start, consumed)
 
-    def _position_after(self, start: int, consumed: int) -> int:
-        """The cursor after each rank consumed ``consumed`` samples from ``start``."""
-        if consumed >= self._local_len(start):
-            return self.n  # the end: the same cursor whatever the world size
-        return start + consumed * self.num_replicas
+    def local_indices(self, epoch: int, start: int, k0: int, k1: int) -> np.ndarray:
+        """This rank's dataset indices for its local steps ``k0 <= k < k1`` from ``start``
+        (in the cursor's current partition: padding repeats from its origin)."""
+        pos = P.local_positions(
+            self.n, self.num_replicas, self.rank, start, self.cursor.origin, k0, k1
+        )
+        return self.order.indices(epoch, pos)
 
-    def _begin(self) -> tuple[int, int]:
+    def begin(self) -> tuple[int, int]:
         """Apply the epoch-end rules at ``iter()``; return (epoch, start position)."""
-        if self.position >= self.n and self._exhausted and not self._explicit:
-            self.epoch, self.position, self.origin = self.epoch + 1, 0, 0
-        self._explicit = self._exhausted = False
-        if self._local_len(self.position) == 0:
-            self.position = self.n
-        return self.epoch, self.position
+        self.cursor.begin()
+        if self.local_len(self.cursor.position) == 0:
+            self.cursor.advance(self.n)
+        return self.cursor.epoch, self.cursor.position
+
+    def next_start(self) -> tuple[int, int]:
+        """(epoch, start position) of the next ``iter()``; moves nothing."""
+        epoch, start = self.cursor.next_start()
+        return epoch, (start if self.local_len(start) else self.n)
 
     # --- torch API ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[int]:
-        epoch, start = self._begin()
-        total = self._local_len(start)
+        epoch, start = self.begin()
+        total = self.local_len(start)
+        cursor = self.cursor
         for k0 in range(0, total, _CHUNK):
             k1 = min(k0 + _CHUNK, total)
-            for k, index in enumerate(self._local_indices(epoch, start, k0, k1).tolist(), k0 + 1):
+            for k, index in enumerate(self.local_indices(epoch, start, k0, k1).tolist(), k0 + 1):
                 # count before yielding: what the caller holds counts as consumed
-                self.position = self._position_after(start, k)
+                cursor.advance(self.position_after(start, k))
                 yield index
-        self._exhausted = True
+        cursor.finish()
 
     def __len__(self) -> int:
         return self.num_samples
 
     def set_epoch(self, epoch: int) -> None:
         """Move to (epoch, 0), or keep the position when the cursor is already in ``epoch``."""
-        where = "DistributedSampler.set_epoch"
-        epoch = check_counter(epoch, "epoch", where)
-        S.warn_rewind(where, epoch, self._restored)
-        self._restored = None
-        if epoch != self.epoch:
-            self.epoch, self.position, self.origin = epoch, 0, 0
-            self._exhausted = False
-        self._explicit = True
+        self.cursor.set_epoch(epoch, "DistributedSampler.set_epoch")
 
     def seek(self, position: int, epoch: int | None = None) -> None:
         """Move the cursor to global ``position`` of ``epoch`` (default: the current one).
@@ -167,9 +181,28 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
                 f"{position}; pass a global position, i.e. samples consumed over all ranks"
             )
         if epoch is not None:
-            self.epoch = check_counter(epoch, "epoch", where)
-        self.position, self.origin = position, 0
-        self._explicit = True
+            epoch = check_counter(epoch, "epoch", where)
+        self.cursor.seek(position, epoch)
+
+    def skip(self, batches: int, batch_size: int = 1) -> None:
+        """Move the cursor by ``batches`` global batches (``batch_size`` samples per rank each;
+        back when negative) in O(1), across epoch ends: every epoch counts
+        ``ceil(len(self) / batch_size)`` batches, and a move lands on the epoch's own partition.
+        :meth:`seekdata.StatefulDataLoader.skip` does this for a loader."""
+        where = "DistributedSampler.skip"
+        for name, value, low in (("batches", batches, None), ("batch_size", batch_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{where}: {name} must be an int; got {type(value).__name__}")
+            if low is not None and value < low:
+                raise ValueError(f"{where}: {name} must be >= {low}; got {value}")
+        per_epoch = P.batches(self.local_len(0), batch_size, False)
+        epoch, position = self.cursor.next_start()
+        step = per_epoch if position >= self.n else position // self.num_replicas // batch_size
+        try:
+            epoch, step = P.moved(epoch, step, batches, per_epoch)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        self.cursor.seek(self.position_after(0, step * batch_size), epoch)
 
     def indices(self, epoch: int, positions: Any) -> np.ndarray:
         """Dataset indices at global ``positions`` of ``epoch`` (any rank's view): O(1) each."""
@@ -178,7 +211,8 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
 
     # --- state ----------------------------------------------------------------------------------
 
-    def _stream_fields(self) -> dict[str, Any]:
+    def stream_fields(self) -> dict[str, Any]:
+        """The state fields that define the stream (a state must match them to load)."""
         return {
             S.K_N: self.n,
             S.K_SEED: self.seed,
@@ -192,25 +226,20 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "sampler",
-            S.K_EPOCH: self.epoch,
-            S.K_POSITION: self.position,
-            S.K_EXHAUSTED: self._exhausted and self.position >= self.n,
-            **self._stream_fields(),
+            **self.cursor.fields(),
+            **self.stream_fields(),
             S.K_WORLD_SIZE: self.num_replicas,
-            S.K_ORIGIN: self._origin_field(),
+            S.K_ORIGIN: self.cursor.origin_field(),
         }
-
-    def _origin_field(self) -> int:
-        return self.origin if self.position < self.n else 0
 
     def load_state_dict(self, state: Any, strict: bool = True) -> None:
         """Restore the cursor in O(1). Any world size; the stream fields must match."""
         where = "DistributedSampler.load_state_dict"
-        expected = {S.K_KIND: "sampler", **self._stream_fields()}
-        self._check_cursor(state, expected, where, strict)
-        self._assign_cursor(state)
+        expected = {S.K_KIND: "sampler", **self.stream_fields()}
+        self.check_state(state, expected, where, strict)
+        self.restore(state)
 
-    def _check_cursor(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
+    def check_state(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
         """Validate the whole state (raises; warns for strict=False mismatches); assigns nothing."""
         for message in S.check_state(state, expected, where=where, strict=strict):
             warnings.warn(message + " (strict=False: continuing)", stacklevel=4)
@@ -221,20 +250,16 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
                 f"{state[S.K_N]}; pass an unmodified state_dict()"
             )
 
-    def _assign_cursor(self, state: Any) -> None:
-        """Move to a state :meth:`_check_cursor` accepted. Another world size re-partitions
+    def restore(self, state: Any, step: int = 0) -> None:
+        """Move to a state :meth:`check_state` accepted. Another world size re-partitions
         the rest of the epoch from the cursor: its padding never repeats a consumed sample."""
         position = state[S.K_POSITION]
-        self.epoch = state[S.K_EPOCH]
-        self.position = min(position, self.n) if position < state[S.K_N] else self.n
+        position = min(position, self.n) if position < state[S.K_N] else self.n
         same_world = state.get(S.K_WORLD_SIZE) == self.num_replicas
-        origin = state.get(S.K_ORIGIN, 0) if same_world else self.position
-        self.origin = min(origin, self.position) if self.position < self.n else 0
-        self._explicit = False
-        self._exhausted = bool(state[S.K_EXHAUSTED]) and self.position >= self.n
-        self._restored = self.epoch
+        origin = state.get(S.K_ORIGIN, 0) if same_world else position
+        self.cursor.restore(state[S.K_EPOCH], position, bool(state[S.K_EXHAUSTED]), origin, step)
 
-    def _reseed(self, seed: int) -> None:
+    def reseed(self, seed: int) -> None:
         """Adopt a checkpoint's seed (a loader's own default sampler, when seed= was not given)."""
         self.seed = seed
         self.order = make_order(

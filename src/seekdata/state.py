@@ -53,6 +53,9 @@ K_BATCH_DROP_LAST = "batch_drop_last"
 K_SAMPLE_SEED = "sample_seed"
 #: Loader only: batches this rank has consumed in the epoch (the global step in the epoch).
 K_STEP = "step"
+#: Loader only, written when not empty: global-step ranges ``[start, stop)`` the loader skips
+#: (``loader.skip_steps``), sorted and disjoint; a global step is epoch × len(loader) + step.
+K_SKIPS = "skips"
 
 
 class StateMismatchError(ValueError):
@@ -76,6 +79,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     K_SAMPLE_SEED: int,
     K_STEP: int,
     K_ORIGIN: int,
+    K_SKIPS: list,
 }
 
 _FIX = {
@@ -151,6 +155,8 @@ def check_state(
             f"{where}: state[{K_ORIGIN!r}] must be <= state[{K_POSITION!r}] "
             f"({state[K_POSITION]}); got {state[K_ORIGIN]}; pass an unmodified state_dict()"
         )
+    if K_SKIPS in state:
+        _check_skips(state[K_SKIPS], where)
     mismatched: list[str] = []
     for key, here in expected.items():
         old = state[key]
@@ -164,12 +170,26 @@ def check_state(
     return mismatched
 
 
-def warn_rewind(where: str, epoch: int, restored: int | None) -> None:
+def _check_skips(skips: list[Any], where: str) -> None:
+    last = -1
+    for pair in skips:
+        ok = isinstance(pair, list) and len(pair) == 2
+        ok = ok and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+        if not ok or not last < pair[0] < pair[1]:
+            raise StateMismatchError(
+                f"{where}: state[{K_SKIPS!r}] must be sorted, disjoint [start, stop) pairs of "
+                f"global steps with 0 <= start < stop; got {skips!r}; pass an unmodified "
+                f"state_dict()"
+            )
+        last = pair[1]
+
+
+def warn_rewind(where: str, epoch: int, restored: int | None, stacklevel: int = 3) -> None:
     """Warn when ``set_epoch(epoch)`` goes below the epoch a state restored (a buggy resume)."""
     if restored is not None and epoch < restored:
         warnings.warn(
             f"{where}: set_epoch({epoch}) is below the restored epoch {restored}, so the run "
             f"goes back to epoch {epoch} and trains again on epochs it already saw; when "
             f"resuming, start the epoch loop at the checkpoint's epoch ({restored})",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )

@@ -27,11 +27,11 @@ import types
 from typing import Any
 
 import accelerate
+import torch.utils.data
 from accelerate.utils import DistributedType, send_to_device
 
 from seekdata import state as S
-from seekdata.loader import StatefulDataLoader, _BatchIndices
-from seekdata.sampler import DistributedSampler
+from seekdata.loader import StatefulDataLoader
 
 __all__ = ["skip_first_batches"]
 
@@ -85,12 +85,10 @@ def _adopt(loader: StatefulDataLoader, frame: types.FrameType | None) -> bool:
 def _shard(loader: StatefulDataLoader, world: int, rank: int, where: str) -> None:
     """Give a single-process loader rank ``rank`` of ``world``; accept one already sharded so."""
     sampler = loader.sampler
-    seekable = isinstance(sampler, DistributedSampler) and isinstance(
-        loader.batch_sampler, _BatchIndices
-    )
-    if not seekable:
+    if not loader.seekable or loader.batch_sampler is None:
         if world > 1:
-            what = "an IterableDataset" if loader._iterable is not None else "this sampler"
+            iterable = isinstance(loader.dataset, torch.utils.data.IterableDataset)
+            what = "an IterableDataset" if iterable else "this sampler"
             raise ValueError(
                 f"{where}: seekdata can shard only its own sampler across {world} processes; "
                 f"got {what} ({type(sampler).__name__}, batch_sampler "
@@ -107,10 +105,7 @@ def _shard(loader: StatefulDataLoader, world: int, rank: int, where: str) -> Non
             f"with num_replicas=accelerator.num_processes, rank=accelerator.process_index, or "
             f"leave it single-process and let prepare shard it"
         )
-    # The cursor is a global position, so resharding leaves it where it is.
-    sampler.num_replicas, sampler.rank = world, rank
-    sampler.num_samples = sampler._local_len(0)
-    sampler.total_size = sampler.num_samples * world
+    sampler.reshard(world, rank)  # the cursor is a global position: it stays where it is
 
 
 def _refuse_rebuild(frame: types.FrameType | None) -> None:
@@ -139,7 +134,7 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     where = "seekdata.integrations.accelerate.skip_first_batches"
     if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
         raise ValueError(f"{where}: num_batches must be an int >= 0; got {num_batches!r}")
-    if dataloader._iterable is not None:
+    if isinstance(dataloader.dataset, torch.utils.data.IterableDataset):
         raise ValueError(
             f"{where}: an IterableDataset decides its own order and cannot seek; got a loader "
             f"over {type(dataloader.dataset).__name__}; resume it with load_state_dict"
@@ -147,11 +142,9 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     state = dataloader.state_dict()
     if state[S.K_EXHAUSTED] and state[S.K_POSITION] >= state[S.K_N]:
         state[S.K_EPOCH] += 1  # the next iter() starts the next epoch: skip inside that one
-    sampler = dataloader.sampler
-    if isinstance(sampler, DistributedSampler) and isinstance(
-        dataloader.batch_sampler, _BatchIndices
-    ):
-        position = sampler._position_after(0, num_batches * (dataloader.batch_size or 1))
+    if dataloader.seekable and dataloader.batch_sampler is not None:
+        batch = dataloader.batch_size or 1
+        position = dataloader.sampler.position_after(0, num_batches * batch)
     else:  # a replayed sampler: the cursor counts batches (resuming replays their indices)
         position = min(num_batches, state[S.K_N])
     state.update({S.K_POSITION: position, S.K_STEP: num_batches, S.K_EXHAUSTED: False})

@@ -1,9 +1,11 @@
-"""IterableDataset support: torchdata's StatefulDataLoader as the engine, counters for RNG.
+"""The iterable path: torchdata's StatefulDataLoader as the engine, counters for RNG.
 
 An iterable dataset decides its own order, so seekdata cannot seek it. What this adds over
-torchdata's loader: each worker's torch/numpy/``random`` global RNG is seeded from the counters
-(seed, epoch, rank, worker) — never from the global RNG of the main process — and the state
-is wrapped in seekdata's validated schema. What is exact and what is not is listed in
+torchdata's loader: each worker's global RNG (the generators ``reseed_global_rng`` names:
+torch/numpy/``random`` by default) is seeded from the counters (seed, epoch, rank, worker) —
+never from the global RNG of the main process — and the state is wrapped in seekdata's
+validated schema. The cursor holds the epoch and the epoch-end flags; the position within the
+epoch is torchdata's (its own rank's stream). What is exact and what is not is listed in
 docs/exact-resume.md ("Iterable datasets").
 """
 
@@ -14,11 +16,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from seekdata import _dist, preemption, rng
+from seekdata import _dist, _globalrng, preemption, rng
 from seekdata import state as S
+from seekdata._cursor import Cursor
 from seekdata._seed import seed_to_adopt
 
 _WORKER_TAG = 0x574B5252  # "WKRR": worker RNG keys (seed, WORKER, epoch, rank, worker)
+_CANNOT_SKIP = (
+    "StatefulDataLoader.{what}: an IterableDataset decides its own order, so its cursor cannot "
+    "move; got a loader over an IterableDataset; use a map-style dataset to skip batches"
+)
 K_ENGINE = "engine"  # torchdata's own state, nested (JSON-native for iterable datasets)
 
 
@@ -33,12 +40,19 @@ def _quiet() -> Iterator[None]:
 class WorkerSeeder:
     """``worker_init_fn``: seeds a worker's global RNG from (seed, epoch, rank, worker)."""
 
-    def __init__(self, seed: int, rank: int, user_fn: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        seed: int,
+        rank: int,
+        user_fn: Callable[[int], None] | None,
+        names: tuple[str, ...] = _globalrng.GENERATORS,
+    ) -> None:
         self.seed, self.rank, self.user_fn, self.epoch = seed, rank, user_fn, 0
+        self.names = names  # the generators to seed (reseed_global_rng)
 
     def seed_globals(self, worker: int) -> None:
         words = rng.derive_key(self.seed, _WORKER_TAG, self.epoch, self.rank, worker, words=3)
-        rng.seed_globals((words[0], words[1] >> 32, words[2]))
+        rng.seed_globals((words[0], words[1] >> 32, words[2]), self.names)
 
     def __call__(self, worker_id: int) -> None:
         preemption.worker_signals()  # outlive a preemption notice, as WorkerInit does
@@ -48,19 +62,34 @@ class WorkerSeeder:
 
 
 class IterableEngine:
-    """The iterable-dataset half of :class:`seekdata.StatefulDataLoader`."""
+    """The iterable-dataset path of :class:`seekdata.StatefulDataLoader`."""
 
-    def __init__(self, dataset: Any, seed: int, kwargs: dict[str, Any]) -> None:
+    sampler = None  # torch's attributes for an IterableDataset
+    batch_sampler = None
+
+    def __init__(
+        self,
+        dataset: Any,
+        seed: int,
+        kwargs: dict[str, Any],
+        *,
+        seed_explicit: bool = True,
+        reseed: tuple[str, ...] = _globalrng.GENERATORS,
+    ) -> None:
         from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
         self.seed = seed
+        self.seed_explicit = seed_explicit  # else a checkpoint's seed is adopted at load
         self.dataset = dataset
         self.batch_size = kwargs.get("batch_size")
         self.drop_last = bool(kwargs.get("drop_last", False))
         self.num_workers = int(kwargs.get("num_workers", 0))
-        self.seeder = WorkerSeeder(seed, _dist.rank_or_zero(), kwargs.pop("worker_init_fn", None))
-        self.epoch, self.exhausted, self._explicit = 0, False, False
-        self._restored: int | None = None  # the epoch a state restored, until set_epoch
+        self.reseed = reseed
+        self.seeder = WorkerSeeder(
+            seed, _dist.rank_or_zero(), kwargs.pop("worker_init_fn", None), reseed
+        )
+        # the stream's end is torchdata's to find: only the epoch and its end flags live here
+        self.cursor = Cursor(0)
         self._generation = 0  # bumped by iter() and load_state_dict: older iterators are stale
         # num_workers=0: the global-RNG state of the dataset's stream, kept apart from the caller's
         self._private: tuple[Any, Any, Any] | None = None
@@ -72,27 +101,42 @@ class IterableEngine:
                 **kwargs,
             )
 
-    def __iter__(self) -> Iterator[Any]:
-        if self.exhausted and not self._explicit:
-            self.epoch += 1
+    def iterate(self, place: Callable[[Any], Any] | None) -> Iterator[Any]:
+        if self.cursor.begin():
             self._forward_epoch()
-        self._explicit = self.exhausted = False
-        self.seeder.epoch = self.epoch
+        self.seeder.epoch = self.cursor.epoch
         self._generation += 1
         self._private = self._fresh_private()
-        return self._stream(self._generation)
+        return self._stream(self._generation, place)
+
+    def full_len(self) -> int:
+        return len(self.engine)
+
+    def set_option(self, name: str, value: Any) -> None:
+        if name == "worker_init_fn":
+            self.seeder.user_fn = value
+            return
+        if name == "num_workers":
+            self.num_workers = value
+        setattr(self.engine, name, value)
+
+    def _capture(self) -> tuple[Any, Any, Any]:
+        saved = _globalrng.save(self.reseed)
+        _globalrng.restore(saved)  # saving may leave a generator moved; capturing must not
+        return saved
 
     def _fresh_private(self) -> tuple[Any, Any, Any] | None:
         """num_workers=0: the dataset runs in this process. Its stream gets a private global-RNG
         state keyed like worker 0's, swapped in around every step (and around ``state_dict``,
         so a dataset that saves global RNG in its state saves its own), so the caller's RNG is
-        untouched and a resume replays the same draws."""
-        if self.num_workers:
+        untouched and a resume replays the same draws. Only for the generators
+        ``reseed_global_rng`` names: the others the dataset shares with the caller."""
+        if self.num_workers or not self.reseed:
             return None
-        saved = rng.capture_globals()
+        saved = self._capture()
         self.seeder.seed_globals(0)
-        private = rng.capture_globals()
-        rng.restore_globals(saved)
+        private = self._capture()
+        _globalrng.restore(saved)
         return private
 
     @contextmanager
@@ -101,16 +145,16 @@ class IterableEngine:
             with _quiet():
                 yield
             return
-        saved = rng.capture_globals()
-        rng.restore_globals(self._private)
+        saved = self._capture()
+        _globalrng.restore(self._private)
         try:
             with _quiet():
                 yield
         finally:
-            self._private = rng.capture_globals()
-            rng.restore_globals(saved)
+            self._private = self._capture()
+            _globalrng.restore(saved)
 
-    def _stream(self, generation: int) -> Iterator[Any]:
+    def _stream(self, generation: int, place: Callable[[Any], Any] | None) -> Iterator[Any]:
         inner: Iterator[Any] | None = None
         end = object()
         while True:
@@ -124,23 +168,23 @@ class IterableEngine:
                     inner = iter(self.engine)
                 batch = next(inner, end)
             if batch is end:
-                self.exhausted = True
+                self.cursor.finish()
                 return
-            yield batch
+            yield batch if place is None else place(batch)
 
     def _forward_epoch(self) -> None:
         if hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(self.epoch)
+            self.dataset.set_epoch(self.cursor.epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        where = "StatefulDataLoader.set_epoch"
-        epoch = rng.check_counter(epoch, "epoch", where)
-        S.warn_rewind(where, epoch, self._restored)
-        self._restored = None
-        if epoch != self.epoch:
-            self.epoch, self.exhausted = epoch, False
-        self._explicit = True
+        self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3)
         self._forward_epoch()
+
+    def skip(self, batches: int) -> None:
+        raise ValueError(_CANNOT_SKIP.format(what="skip"))
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        raise ValueError(_CANNOT_SKIP.format(what="skip_steps"))
 
     def fields(self, seed: int | None = None) -> dict[str, Any]:
         return {
@@ -157,19 +201,19 @@ class IterableEngine:
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "iterable",
-            S.K_EPOCH: self.epoch,
+            S.K_EPOCH: self.cursor.epoch,
             S.K_POSITION: int(_num_yielded(engine)),
-            S.K_EXHAUSTED: self.exhausted,
+            S.K_EXHAUSTED: self.cursor.exhausted,
             **self.fields(),
             S.K_WORLD_SIZE: _dist.world_size_or_one(),
             K_ENGINE: engine,
         }
 
-    def load_state_dict(self, state: Any, strict: bool, *, adopt_seed: bool = False) -> None:
+    def load_state_dict(self, state: Any, strict: bool) -> None:
         """Validate the whole state (seekdata's fields, then torchdata's nested state against
         this loader's ``num_workers`` and world size), then restore it."""
         where = "StatefulDataLoader.load_state_dict"
-        seed = seed_to_adopt(state, self.seed, explicit=not adopt_seed, owns_sampler=False)
+        seed = seed_to_adopt(state, self.seed, explicit=self.seed_explicit, owns_sampler=False)
         expected = {S.K_KIND: "iterable", **self.fields(seed)}
         for message in S.check_state(state, expected, where=where, strict=strict):
             warnings.warn(message + " (strict=False: continuing)", stacklevel=3)
@@ -185,8 +229,7 @@ class IterableEngine:
         if seed != self.seed:
             self.seed = self.seeder.seed = seed
             self.engine.generator = rng.torch_generator(seed, _WORKER_TAG)
-        self.epoch, self.exhausted, self._explicit = state[S.K_EPOCH], state[S.K_EXHAUSTED], False
-        self._restored = self.epoch
+        self.cursor.restore(state[S.K_EPOCH], 0, state[S.K_EXHAUSTED])
         self._generation += 1  # an iterator from before the load stops
         self._private = None
         self._forward_epoch()

@@ -1,0 +1,279 @@
+"""What the seekable and replay paths share: torch's DataLoader over keyed batches.
+
+The engine's batch sampler yields :class:`~seekdata._fetch.BatchKey` objects (indices plus
+counters) that a subclass plans from its cursor; torch's DataLoader fetches them (workers,
+pinning, prefetch) through :class:`~seekdata._fetch.KeyedDataset`, and :class:`_LoaderIter`
+moves the cursor only for batches it has handed to the caller.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch.utils.data
+
+from seekdata import rng
+from seekdata import state as S
+from seekdata._cursor import Cursor
+from seekdata._fetch import BatchKey, Collate, KeyedDataset, WorkerInit
+from seekdata._seed import seed_to_adopt
+
+_ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker base seeds)
+WHERE = "StatefulDataLoader"
+
+
+class _KeyBatches(torch.utils.data.Sampler[BatchKey]):
+    """torch's batch sampler: yields the batches the engine planned, as keys."""
+
+    def __init__(self, engine: KeyedEngine) -> None:
+        self._engine = weakref.proxy(engine)
+
+    def __iter__(self) -> Iterator[BatchKey]:
+        return self._engine.batches()
+
+    def __len__(self) -> int:
+        return self._engine.num_batches
+
+
+class KeyedEngine:
+    """A map-style path. Subclasses plan the epoch from the cursor (``begin``, ``batches``,
+    ``consumed``) and say how a state is checked and loaded (``check``, ``load``, ...)."""
+
+    cursor: Cursor
+    sampler: Any
+    batch_sampler: Any
+
+    def __init__(
+        self,
+        dataset: Any,
+        seed: int,
+        *,
+        seed_explicit: bool,
+        owns_sampler: bool,
+        reseed: bool | tuple[str, ...],
+        batch_size: int | None,
+        drop_last: bool,
+        per_sample: bool,
+        collate_fn: Callable[[list[Any]], Any],
+        batch_transform: Callable[..., Any] | None,
+        worker_init_fn: Callable[[int], None] | None,
+        options: dict[str, Any],
+    ) -> None:
+        self.seed = seed
+        self.seed_explicit, self.owns_sampler = seed_explicit, owns_sampler
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.reseed, self.batch_transform = reseed, batch_transform
+        self.num_batches = 0  # batches of the epoch planned by begin()
+        self._live: weakref.ReferenceType[_LoaderIter] | None = None
+        self.keyed = KeyedDataset(dataset, seed, reseed)
+        keys = _KeyBatches(self)
+        # batch_size=None: one sample per step without collation, as torch does
+        self.loader = torch.utils.data.DataLoader(
+            self.keyed,
+            batch_size=None if per_sample else 1,  # torch's rule for batch_sampler=
+            sampler=keys if per_sample else None,
+            batch_sampler=None if per_sample else keys,  # type: ignore[arg-type]  # keys, not lists
+            collate_fn=Collate(collate_fn, batch_transform, seed, reseed),
+            worker_init_fn=WorkerInit(worker_init_fn),
+            generator=rng.torch_generator(seed, _ENGINE_TAG),
+            **options,
+        )
+
+    # --- what a subclass provides ---------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Apply the epoch-end rules and plan the epoch from the cursor (sets num_batches)."""
+        raise NotImplementedError
+
+    def batches(self) -> Iterator[BatchKey]:
+        raise NotImplementedError
+
+    def consumed(self, k: int, end: bool = False) -> None:
+        """``k`` batches of the planned epoch were handed out; ``end``: the iterator finished."""
+        raise NotImplementedError
+
+    def full_len(self) -> int:
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        raise NotImplementedError
+
+    def stream_fields(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def world_size(self) -> int:
+        raise NotImplementedError
+
+    def max_step(self, state: Any) -> int:
+        raise NotImplementedError
+
+    def check(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
+        raise NotImplementedError
+
+    def load(self, state: Any, step: int) -> None:
+        raise NotImplementedError
+
+    def skip(self, batches: int) -> None:
+        raise ValueError(self._cannot_skip("skip"))
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        raise ValueError(self._cannot_skip("skip_steps"))
+
+    def _cannot_skip(self, what: str) -> str:
+        return (
+            f"StatefulDataLoader.{what}: moving the cursor needs a seekable sampler; got the "
+            f"sampler {type(self.sampler).__name__}, whose order only replays; build the loader "
+            f"with shuffle= or sampler=seekdata.DistributedSampler(dataset)"
+        )
+
+    def detach_live(self) -> None:
+        """The cursor moved: an iterator from before stops counting (torchdata's rule)."""
+        live = self._live() if self._live is not None else None
+        if live is not None:
+            live.detach()
+        self._live = None
+
+    def elastic_batch(self, state: Any, where: str, strict: bool) -> int:
+        """The per-rank batch size ``state`` must hold: ours (the seekable path also accepts
+        another one that keeps the global batch)."""
+        return self.batch_size or 1
+
+    def adopt_seed(self, seed: int) -> None:
+        """A checkpoint's seed replaces ours (``seed=None``): key the samples with it."""
+        self.seed = seed
+        self.keyed.seed = seed
+        self.loader.collate_fn.seed = seed  # type: ignore[union-attr]  # our Collate
+        self.loader.generator = rng.torch_generator(seed, _ENGINE_TAG)
+        # persistent workers hold copies keyed by the old seed: let the next iter() start anew
+        if getattr(self.loader, "_iterator", None) is not None:
+            self.loader._iterator = None
+
+    # --- the Engine protocol --------------------------------------------------------------------
+
+    def iterate(self, place: Callable[[Any], Any] | None) -> Iterator[Any]:
+        it = _LoaderIter(self, place)  # plans the epoch at its first next()
+        self._live = weakref.ref(it)
+        return it
+
+    def set_option(self, name: str, value: Any) -> None:
+        if name == "worker_init_fn":
+            value = WorkerInit(value)
+        elif name == "collate_fn":
+            value = Collate(value, self.batch_transform, self.seed, self.reseed)
+        setattr(self.loader, name, value)
+
+    def fields(self, seed: int | None = None) -> dict[str, Any]:
+        """The fields that define the stream; ``seed`` replaces ours (a seed to adopt)."""
+        seed = self.seed if seed is None else seed
+        stream = self.stream_fields()
+        if self.owns_sampler:  # our default sampler's order is keyed by our seed
+            stream[S.K_SEED] = seed
+        return {
+            **stream,
+            S.K_BATCH_SIZE: self.batch_size or 1,
+            S.K_BATCH_DROP_LAST: self.drop_last,
+            S.K_SAMPLE_SEED: seed,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        if not self.loader.in_order:
+            raise ValueError(
+                "StatefulDataLoader.state_dict: exact resume needs in_order=True; with "
+                "in_order=False batches reach you out of order, so no cursor says which were "
+                "consumed; pass in_order=True to checkpoint"
+            )
+        return {
+            S.K_VERSION: S.VERSION,
+            S.K_KIND: "loader",
+            **self.cursor.fields(),
+            S.K_STEP: self.cursor.step,
+            **self.fields(),
+            S.K_WORLD_SIZE: self.world_size(),
+            S.K_ORIGIN: self.cursor.origin_field(),
+            **({S.K_SKIPS: [list(p) for p in self.cursor.skips]} if self.cursor.skips else {}),
+        }
+
+    def load_state_dict(self, state: Any, strict: bool) -> None:
+        where = "StatefulDataLoader.load_state_dict"
+        seed = seed_to_adopt(
+            state, self.seed, explicit=self.seed_explicit, owns_sampler=self.owns_sampler
+        )
+        expected = {S.K_KIND: "loader", **self.fields(seed)}
+        expected[S.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
+        if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
+            stream = self.fields(seed)
+            expected = {S.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}
+        self.check(state, expected, where, strict)
+        step, limit = state.get(S.K_STEP, 0), self.max_step(state)
+        if step > limit:  # the type and the sign were checked with the rest
+            raise S.StateMismatchError(
+                f"{where}: state['step'] must be in [0, {limit}] at position "
+                f"{state[S.K_POSITION]} (a step consumes at least one position); got {step}; "
+                f"pass an unmodified state_dict()"
+            )
+        # everything is valid: only now change the engine
+        self.detach_live()
+        if seed != self.seed:
+            self.adopt_seed(seed)
+        self.load(state, step)
+
+
+class _LoaderIter:
+    """Wraps torch's iterator; each batch handed out moves the cursor by one batch.
+
+    The epoch is planned at the first ``next()``, not at ``iter()``: a ``set_epoch`` between
+    the two applies, as with torch's lazily iterated samplers (Lightning calls ``iter()`` before
+    ``set_epoch`` when it resumes at an epoch's end).
+    """
+
+    def __init__(self, engine: KeyedEngine, place: Callable[[Any], Any] | None) -> None:
+        self._engine = engine
+        self._place = place
+        self._engine_iter: Iterator[Any] | None = None
+        self._k = 0
+        self._stale = False
+
+    def detach(self) -> None:
+        """A state was loaded: this iterator no longer moves the cursor (torchdata's rule)."""
+        self._stale = True
+        self._engine_iter = iter(())  # drop torch's iterator (its workers shut down)
+
+    def __iter__(self) -> _LoaderIter:
+        return self
+
+    def _start(self) -> Iterator[Any]:
+        self._engine.begin()
+        self._engine_iter = iter(self._engine.loader)
+        return self._engine_iter
+
+    def __next__(self) -> Any:
+        if self._stale:
+            raise RuntimeError(
+                "StatefulDataLoader: this iterator was created before load_state_dict(), which "
+                "moved the loader to the loaded state; call iter(loader) to continue from it"
+            )
+        engine_iter = self._engine_iter if self._engine_iter is not None else self._start()
+        try:
+            batch = next(engine_iter)
+        except StopIteration:
+            self._engine.consumed(self._k, end=True)
+            raise
+        self._k += 1
+        self._engine.consumed(self._k)
+        place = self._place
+        return batch if place is None else place(batch)
+
+    def __len__(self) -> int:
+        if self._engine_iter is None:
+            self._start()
+        return int(self._engine.num_batches)
+
+    def __getattr__(self, name: str) -> Any:  # torch's iterator attributes (_workers, ...)
+        if name.startswith("__") or "_engine_iter" not in self.__dict__:
+            raise AttributeError(name)
+        engine_iter = self.__dict__["_engine_iter"]
+        if engine_iter is None:  # torch's iterator exists from iter(): start ours to answer
+            engine_iter = self._start()
+        return getattr(engine_iter, name)

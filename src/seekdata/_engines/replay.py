@@ -1,0 +1,159 @@
+"""The replay path: a sampler or batch sampler we cannot seek; resume replays its indices.
+
+The cursor counts batches consumed in the epoch (its position; ``n`` once the epoch ended).
+Resuming re-iterates the sampler and skips that many batches of *indices*, O(k), never data,
+and warns once per loader.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch.utils.data
+
+from seekdata import _dist
+from seekdata import state as S
+from seekdata._cursor import Cursor
+from seekdata._engines.keyed import WHERE, KeyedEngine
+from seekdata._fetch import BatchKey
+
+
+class ReplayEngine(KeyedEngine):
+    """Batches from any sampler or batch sampler, counted by the cursor."""
+
+    def __init__(
+        self, sampler: Any, batch_sampler: Any, n: int, dataset: Any, **kwargs: Any
+    ) -> None:
+        batch_size, drop_last = kwargs["batch_size"], kwargs["drop_last"]
+        if batch_sampler is not None:
+            if sampler is not None or batch_size not in (None, 1) or drop_last:
+                raise ValueError(
+                    f"{WHERE}: batch_sampler option is mutually exclusive with batch_size, "
+                    f"shuffle, sampler and drop_last; got batch_size={batch_size}, "
+                    f"drop_last={drop_last}, sampler={type(sampler).__name__}; pass only "
+                    f"batch_sampler"
+                )
+            self.batches_of: Any = batch_sampler
+        elif batch_size is None:
+            self.batches_of = sampler
+        else:
+            self.batches_of = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
+        super().__init__(dataset, **kwargs)
+        self.sampler = sampler
+        # the user's batch sampler, or the torch BatchSampler over the user's sampler
+        self.batch_sampler = (
+            batch_sampler
+            if batch_sampler is not None
+            else (None if batch_size is None else self.batches_of)
+        )
+        self.single = batch_sampler is None and batch_size is None
+        self.inner = sampler if sampler is not None else batch_sampler
+        self.n = n
+        self.cursor = Cursor(n)
+        self._warned = False  # the replay warning, once per loader (not per process: testable)
+        self.step0 = 0
+
+    def _total(self) -> int | None:
+        return len(self.batches_of) if hasattr(self.batches_of, "__len__") else None
+
+    def _forward_epoch(self) -> None:
+        if hasattr(self.inner, "set_epoch"):
+            self.inner.set_epoch(self.cursor.epoch)
+
+    def full_len(self) -> int:
+        return len(self.batches_of)
+
+    # --- planning -------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        if self.cursor.begin():
+            self._forward_epoch()
+        self.step0 = 0 if self.cursor.ended else self.cursor.position
+        self.cursor.advance(self.cursor.position, self.step0)
+        total = self._total() or 0
+        self.num_batches = 0 if self.cursor.ended else max(total - self.step0, 0)
+
+    def batches(self) -> Iterator[BatchKey]:
+        if self.cursor.ended:
+            return
+        done, epoch = self.step0, self.cursor.epoch
+        it = iter(self.batches_of)
+        if done and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"StatefulDataLoader: the sampler {type(self.inner).__name__} cannot seek, so "
+                f"resuming replays its first {done} batches of indices (O(k), no data is "
+                f"loaded); use seekdata.DistributedSampler for an O(1) resume",
+                stacklevel=2,
+            )
+        for _ in range(done):
+            next(it, None)
+        for j, batch in enumerate(it):
+            try:  # batch_size=None: one index, or a bulk-loading list, passed through as is
+                indices = (batch,) if self.single else tuple(int(i) for i in batch)
+            except (TypeError, ValueError) as e:
+                raise TypeError(
+                    f"StatefulDataLoader: with batching, the sampler must yield integer indices "
+                    f"(each keys its sample's randomness); got the batch {batch!r}; map keys to "
+                    f"integer positions, or pass batch_size=None to hand the dataset whatever "
+                    f"the sampler yields"
+                ) from e
+            yield BatchKey(epoch, done + j, indices)
+
+    def consumed(self, k: int, end: bool = False) -> None:
+        done, total = self.step0 + k, self._total()
+        if end:
+            self.cursor.advance(self.n, done)
+            self.cursor.finish()
+        elif self.cursor.ended or (total is not None and done >= total):
+            self.cursor.advance(self.n, done)
+        else:
+            self.cursor.advance(done, done)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3)
+        self._forward_epoch()
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def world_size(self) -> int:
+        """The sampler's ``num_replicas`` (or its inner sampler's), else the process group's."""
+        for obj in (self.inner, getattr(self.inner, "sampler", None)):
+            if isinstance(getattr(obj, "num_replicas", None), int):
+                return int(obj.num_replicas)  # type: ignore[union-attr]
+        return _dist.world_size_or_one()
+
+    def max_step(self, state: Any) -> int:
+        if state[S.K_POSITION] < self.n:
+            return int(state[S.K_POSITION])  # batches consumed in the epoch, on each rank
+        return max(self.n, self._total() or 0)
+
+    def stream_fields(self) -> dict[str, Any]:
+        return {
+            S.K_N: self.n,
+            S.K_SEED: int(getattr(self.inner, "seed", 0)),
+            S.K_ORDER: f"replay:{type(self.inner).__name__}",
+            S.K_SHUFFLE: bool(getattr(self.inner, "shuffle", False)),
+            S.K_DROP_LAST: bool(getattr(self.inner, "drop_last", False)),
+        }
+
+    def check(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
+        for message in S.check_state(state, expected, where=where, strict=strict):
+            warnings.warn(message + " (strict=False: continuing)", stacklevel=4)
+        old, here, done = state.get(S.K_WORLD_SIZE), self.world_size(), state[S.K_POSITION]
+        if old is not None and old != here and 0 < done < self.n:
+            name = type(self.inner).__name__
+            raise S.StateMismatchError(
+                f"{where}: world_size is {old} in the checkpoint but {here} here, and the "
+                f"sampler {name} cannot seek: it partitions the epoch by world size, so the "
+                f"rest of epoch {state[S.K_EPOCH]} ({done} batches consumed on each rank) cannot "
+                f"be continued on {here} ranks without losing or repeating samples; resume on "
+                f"{old} ranks, or from an epoch boundary, or use seekdata.DistributedSampler "
+                f"(order='torch' keeps torch's order), whose cursor re-partitions the rest"
+            )
+
+    def load(self, state: Any, step: int) -> None:
+        self.cursor.restore(state[S.K_EPOCH], state[S.K_POSITION], state[S.K_EXHAUSTED], 0, step)
+        self._forward_epoch()

@@ -1,0 +1,258 @@
+"""The seekable path: a seekdata sampler's cursor; each epoch planned by arithmetic, O(1)."""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, TypeGuard
+
+import torch.utils.data
+
+from seekdata import _partition as P
+from seekdata import state as S
+from seekdata._engines.keyed import WHERE, KeyedEngine
+from seekdata._fetch import BatchKey
+from seekdata.sampler import DistributedSampler, dataset_length
+
+
+def plan_batches(
+    sampler: DistributedSampler,
+    epoch: int,
+    start: int,
+    batch_size: int,
+    drop_last: bool,
+    step0: int,
+    limit: int | None = None,
+) -> Iterator[BatchKey]:
+    """This rank's batches of ``epoch`` from global position ``start`` (at most ``limit``), as
+    keys numbered from ``step0``."""
+    local = sampler.local_len(start)
+    total = min(P.batches(local, batch_size, drop_last) * batch_size, local)  # last may be short
+    if limit is not None:
+        total = min(total, limit * batch_size)
+    b = batch_size
+    k0, chunk = 0, b  # the first chunk is one batch (fast first batch), then it grows
+    while k0 < total:
+        idx = sampler.local_indices(epoch, start, k0, min(k0 + chunk, total)).tolist()
+        for j in range(0, len(idx), b):
+            yield BatchKey(epoch, step0 + (k0 + j) // b, tuple(idx[j : j + b]))
+        k0 += chunk
+        chunk = min(chunk * 4, max(b, 8192 // b * b))
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class BatchIndices(torch.utils.data.BatchSampler):
+    """``loader.batch_sampler`` with torch's meaning: iterating it gives this rank's index lists
+    of the current epoch from the cursor, and ``len()`` is the batches of a full epoch.
+
+    It is a view: iterating it never moves the cursor (only batches the loader hands out do).
+    Frameworks rebuild loaders from it; the rebuilt loader gets the right indices but fetches
+    them without seekdata's per-sample randomness, so accelerate's rebuilds are refused (see
+    :mod:`seekdata.integrations.accelerate`).
+    """
+
+    def __init__(self, engine: SeekableEngine, sampler: DistributedSampler) -> None:
+        super().__init__(sampler, engine.batch_size or 1, engine.drop_last)
+        self._engine = weakref.proxy(engine)
+        self._seeker = sampler
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if "accelerate" in sys.modules:  # a rebuild by accelerate would drop the keyed fetch
+            from seekdata.integrations.accelerate import _refuse_rebuild
+
+            _refuse_rebuild(sys._getframe(1))
+        s = self._seeker
+        epoch, start = s.next_start()
+        keys = plan_batches(s, epoch, start, self.batch_size, self.drop_last, 0)
+        return (list(key.indices) for key in keys)
+
+    def __len__(self) -> int:
+        return int(self._engine.full_len())
+
+
+class SeekableEngine(KeyedEngine):
+    """Batches from a :class:`seekdata.DistributedSampler`'s cursor: O(1) setup and resume."""
+
+    def __init__(self, sampler: DistributedSampler, dataset: Any, **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        self.dataset = dataset
+        self.sampler = sampler
+        self.cursor = sampler.cursor
+        self.b = self.batch_size or 1
+        self.epoch, self.start, self.step0 = 0, 0, 0
+        # torch's rule: batch_size=None means no batch sampler
+        self.batch_sampler = None if self.batch_size is None else BatchIndices(self, sampler)
+
+    def _resized(self) -> DistributedSampler | None:
+        """torch's default samplers read len(dataset) at every iter() and len(); the loader's
+        own sampler does too: rebuilt (same seed, epoch and epoch-end flags) when it changed."""
+        old = self.sampler
+        if not self.owns_sampler or dataset_length(self.dataset, WHERE) == old.n:
+            return None
+        new = DistributedSampler(self.dataset, 1, 0, shuffle=old.shuffle, seed=old.seed)
+        new.cursor = old.cursor.resized(new.n)
+        return new
+
+    def iterate(self, place: Callable[[Any], Any] | None) -> Iterator[Any]:
+        resized = self._resized()
+        if resized is not None:
+            old = self.sampler
+            if 0 < old.position < old.n:
+                raise ValueError(
+                    f"{WHERE}: len(dataset) changed from {old.n} to {resized.n} in the middle "
+                    f"of epoch {old.epoch} (at position {old.position}), where the cursor "
+                    f"counts the old length; finish the epoch, or call "
+                    f"set_epoch({old.epoch + 1}), before iterating"
+                )
+            self.sampler, self.cursor = resized, resized.cursor
+            if self.batch_sampler is not None:
+                self.batch_sampler = BatchIndices(self, resized)
+        return super().iterate(place)
+
+    def full_len(self) -> int:
+        sampler = self._resized() or self.sampler
+        return P.batches(sampler.local_len(0), self.b, self.drop_last)
+
+    # --- planning -------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self.epoch, self.start = self.sampler.begin()
+        self.step0 = self.cursor.step if self.start > 0 else 0
+        self.span = P.batches(self.sampler.local_len(self.start), self.b, self.drop_last)
+        self.holes: list[tuple[int, int]] = []
+        if self.cursor.skips:  # skipped global steps in this epoch: in-epoch ranges
+            lo, hi = self.step0, self.step0 + self.span
+            holes = P.epoch_holes(self.cursor.skips, self.epoch, self.full_len(), lo, hi)
+            if holes and holes[0][0] == self.step0:  # the cursor is in one: jump it now
+                jump = holes.pop(0)[1] - self.step0
+                self.start = self.sampler.position_after(self.start, jump * self.b)
+                self.step0, self.span = self.step0 + jump, self.span - jump
+            self.holes = holes
+        self.cursor.advance(self.start, self.step0)
+        self.num_batches = self.span - sum(b - a for a, b in self.holes)
+
+    def batches(self) -> Iterator[BatchKey]:
+        if not self.holes:
+            return plan_batches(
+                self.sampler, self.epoch, self.start, self.b, self.drop_last, self.step0
+            )
+        return self._around_holes()
+
+    def _around_holes(self) -> Iterator[BatchKey]:
+        step, end = self.step0, self.step0 + self.span
+        for a, b in [*self.holes, (end, end)]:
+            if step < a:
+                start = self.sampler.position_after(self.start, (step - self.step0) * self.b)
+                yield from plan_batches(
+                    self.sampler, self.epoch, start, self.b, self.drop_last, step, a - step
+                )
+            step = b
+
+    def consumed(self, k: int, end: bool = False) -> None:
+        step = P.kept_step(self.step0, k, self.holes)
+        if end:
+            self.cursor.finish()
+        elif k >= self.num_batches:
+            self.cursor.advance(self.sampler.n, step)
+        else:
+            position = self.sampler.position_after(self.start, (step - self.step0) * self.b)
+            self.cursor.advance(position, step)
+
+    # --- moving the cursor ----------------------------------------------------------------------
+
+    def skip(self, batches: int) -> None:
+        where = "StatefulDataLoader.skip"
+        if isinstance(batches, bool) or not isinstance(batches, int):
+            raise TypeError(
+                f"{where}: batches must be an int (negative: back); got "
+                f"{type(batches).__name__} {batches!r}"
+            )
+        if batches == 0:
+            return
+        per_epoch = self.full_len()
+        epoch, position = self.cursor.next_start()
+        if position >= self.sampler.n:
+            step = per_epoch  # the epoch is used up: a move counts from its end
+        else:
+            step = self.cursor.step if epoch == self.cursor.epoch else 0
+        try:
+            epoch, step = P.moved(epoch, step, batches, per_epoch)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        self.detach_live()
+        self.cursor.seek(self.sampler.position_after(0, step * self.b), epoch, step)
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        where = "StatefulDataLoader.skip_steps"
+        for name, value in (("start", start), ("stop", stop)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"{where}: {name} must be a global step, an int >= 0; got {value!r}"
+                )
+        if start >= stop:
+            raise ValueError(
+                f"{where}: the range [start, stop) must not be empty; got start={start}, "
+                f"stop={stop}; pass stop > start"
+            )
+        self.detach_live()
+        self.cursor.add_skip(start, stop)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3)
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def stream_fields(self) -> dict[str, Any]:
+        return self.sampler.stream_fields()
+
+    def world_size(self) -> int:
+        return self.sampler.num_replicas
+
+    def max_step(self, state: Any) -> int:
+        # every step consumes at least one new global position (rank 0's is never padding)
+        return int(state[S.K_POSITION])
+
+    def check(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
+        self.sampler.check_state(state, expected, where, strict)
+
+    def load(self, state: Any, step: int) -> None:
+        self.sampler.restore(state, step)
+        self.cursor.skips = [list(pair) for pair in state.get(S.K_SKIPS, [])]
+
+    def elastic_batch(self, state: Any, where: str, strict: bool) -> int:
+        """Elastic global batch: a state saved with W ranks of B loads on W' ranks of B' when
+        W'·B' = W·B. Global step s is the global positions [s·W·B, (s+1)·W·B) however W·B is
+        factored, so every later step sees the same samples with the same per-sample
+        randomness. A changed B that changes W·B is refused with the batch size that fits."""
+        here = self.batch_size or 1
+        if not isinstance(state, dict):
+            return here
+        old, world = state.get(S.K_BATCH_SIZE), state.get(S.K_WORLD_SIZE)
+        if not (_is_int(old) and _is_int(world)) or old == here:
+            return here  # a malformed field: the state check names it
+        w_here = self.sampler.num_replicas
+        if old * world == here * w_here:
+            return int(old)  # the same global batch: a deliberate, checked change
+        if not strict:
+            return here  # the state check warns about the batch size, as for any field
+        fits = old * world // w_here if old * world % w_here == 0 else None
+        fix = (
+            f"pass batch_size={fits} to keep the global batch, or "
+            if fits not in (None, old)
+            else ""
+        )
+        raise S.StateMismatchError(
+            f"{where}: batch_size is {old} on {world} ranks in the checkpoint (global batch "
+            f"{old * world}) but {here} on {w_here} ranks here (global batch {here * w_here}); "
+            f"a changed per-rank batch must keep the global batch; {fix}pass batch_size={old} "
+            f"(the same per-rank batch, a new global batch), or strict=False"
+        )
+
+    def adopt_seed(self, seed: int) -> None:
+        if self.owns_sampler:
+            self.sampler.reseed(seed)
+        super().adopt_seed(seed)
