@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from seekdata._dist import exit_finished_rank
 from seekdata.checkpoint import CheckpointManager, load_on_every_rank, save_on_rank0
 
 
@@ -54,8 +54,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Skip interpreter finalization: there torch's gloo threads can abort a process that already
-    # destroyed its process group ("terminate called without an active exception", SIGABRT).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort

@@ -7,12 +7,13 @@ argv: checkpoint dir, output file.
 from __future__ import annotations
 
 import datetime
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+
+from seekdata._dist import exit_finished_rank
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 import seekdata
@@ -47,8 +48,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Skip interpreter finalization: there torch's gloo threads can abort a process that already
-    # destroyed its process group ("terminate called without an active exception", SIGABRT).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort

@@ -9,13 +9,13 @@ global sample indices and the global mean loss to OUT (JSON).
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 
 import seekdata
+from seekdata._dist import exit_finished_rank
 
 N = 96
 
@@ -81,8 +81,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Skip interpreter finalization: there torch's gloo threads can abort a process that already
-    # destroyed its process group ("terminate called without an active exception", SIGABRT).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import seekdata
+from seekdata._dist import exit_finished_rank
 from seekdata.checkpoint import CheckpointManager, load_on_every_rank
 
 SEED, BATCH, READY_AT = 5, 4, 3
@@ -120,8 +121,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Skip interpreter finalization: there torch's gloo threads can abort a process that already
-    # destroyed its process group ("terminate called without an active exception", SIGABRT).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort

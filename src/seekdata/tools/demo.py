@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 import seekdata
+from seekdata import _dist
 
 EPOCH_STEPS_HINT = "an epoch is n / (batch size × ranks) steps"
 _CONFIG_ENV = "SEEKDATA_DEMO_CONFIG"
@@ -330,12 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.worker:
         _train(argparse.Namespace(**json.loads(os.environ[_CONFIG_ENV])))
-        # a rank that finished exits now: in interpreter finalization torch's gloo threads can
-        # abort a process that already destroyed its process group (SIGABRT, "terminate called
-        # without an active exception"), which torchrun would report as a failed rank
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        _dist.exit_finished_rank()  # a launcher would report gloo's abort at finalization
     summary = run_demo(args)
     return 0 if summary["losses_equal"] and summary["params_equal"] else 1
 
