@@ -90,10 +90,10 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         if snapshot_every_n_steps is not None and (
             isinstance(snapshot_every_n_steps, bool)
             or not isinstance(snapshot_every_n_steps, int)
-            or snapshot_every_n_steps < 1
-        ):
+            or snapshot_every_n_steps < 0
+        ):  # torchdata's meaning: 0 or None snapshot only when state_dict() asks
             raise ValueError(
-                f"{where}: snapshot_every_n_steps must be a positive int or None; got "
+                f"{where}: snapshot_every_n_steps must be an int >= 0 or None; got "
                 f"{snapshot_every_n_steps!r}; leave it at 1 (a cursor is exact at every step)"
             )
         self.snapshot_every_n_steps = snapshot_every_n_steps
