@@ -126,8 +126,8 @@ def test_grouping_follows_webdataset(tmp_path: pathlib.Path) -> None:
     assert ds[0]["seg.png"] == b"1"
 
 
-def test_reads_exactly_the_members_bytes(shards: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    ds = TarShards(shards)
+def record_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every (offset, size) TarShards reads from a shard, in order."""
     reads: list[tuple[int, int]] = []
     pread = sw._pread
 
@@ -136,6 +136,12 @@ def test_reads_exactly_the_members_bytes(shards: str, monkeypatch: pytest.Monkey
         return pread(fd, size, offset)
 
     monkeypatch.setattr(sw, "_pread", recording)
+    return reads
+
+
+def test_reads_exactly_the_members_bytes(shards: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = TarShards(shards)
+    reads = record_reads(monkeypatch)
     sample = ds[57]
     with tarfile.open(ds.urls[2]) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(sample["__key__"] + ".")]
@@ -149,14 +155,7 @@ def test_a_large_member_is_read_after_its_header(
 ) -> None:
     big = bytes(range(256)) * (sw._JOINED_READ // 256 + 1)
     ds = TarShards(write_tar(tmp_path / "big.tar", [("a.bin", big), ("a.txt", b"x")]))
-    reads: list[tuple[int, int]] = []
-    pread = sw._pread
-
-    def recording(fd: int, size: int, offset: int) -> bytes:
-        reads.append((offset, size))
-        return pread(fd, size, offset)
-
-    monkeypatch.setattr(sw, "_pread", recording)
+    reads = record_reads(monkeypatch)
     assert ds[0]["bin"] == big and ds[0]["txt"] == b"x"
     assert reads[:3] == [(0, 512), (512, len(big)), (len(big) + 512 + 512 - len(big) % 512, 513)]
 
