@@ -7,9 +7,11 @@
   stream (its ``iter()`` draws all p indices with ``torch.multinomial`` first).
 - memory: bytes a ``Mixture`` of K sources allocates (tracemalloc), K = 2 ... 1,000.
 - throughput: samples/s of ``StatefulDataLoader`` over a 4-source mixture (~50 µs
-  ``__getitem__``, global-RNG draws, reseeding on) against torch's ``DataLoader`` over
-  ``ConcatDataset`` + ``WeightedRandomSampler``, and against seekdata's loader over the
-  ``ConcatDataset`` without mixing (the mixture's own cost), workers 0 and 2.
+  ``__getitem__``, global-RNG draws) against torch's ``DataLoader`` over ``ConcatDataset`` +
+  ``WeightedRandomSampler``: reseeding on against a baseline dataset that reseeds the same
+  generators itself, reseeding off (loader and mixture) against a plain one; also seekdata's
+  loader over the ``ConcatDataset`` without mixing (the mixture's own cost), workers 0 and 2.
+  ``--only-throughput`` runs this table alone (``--workers 0,2,16`` to choose).
 - discrepancy: the largest ``|count_k - weight_k * p|`` over every prefix, realised, against
   the stated ``Mixture.bound`` and against the weighted sampler.
 """
@@ -103,45 +105,68 @@ def memory_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def throughput_rows(quick: bool) -> list[dict[str, Any]]:
+#: throughput case -> the baseline its ratio is taken against (the same round)
+THROUGHPUT_PAIRS = {
+    "DataLoader + reseed, ConcatDataset + WeightedRandomSampler": None,
+    "DataLoader, ConcatDataset + WeightedRandomSampler": None,
+    "seekdata, Mixture": "DataLoader + reseed, ConcatDataset + WeightedRandomSampler",
+    "seekdata, ConcatDataset in order (no mixing)": (
+        "DataLoader + reseed, ConcatDataset + WeightedRandomSampler"
+    ),
+    "seekdata, Mixture, reseed off": "DataLoader, ConcatDataset + WeightedRandomSampler",
+}
+
+
+def throughput_rows(quick: bool, workers_list: tuple[int, ...] = (0, 2)) -> list[dict[str, Any]]:
+    """Mixture against the same sources drawn by torch's weighted sampler. With reseeding on,
+    the baseline's dataset reseeds torch/numpy/random per sample itself (the harness's
+    ``Reseeding``), as seekdata does; with it off (loader and mixture), a plain DataLoader."""
     k, n, batches = 4, 20_000, 60 if quick else 200
     sources = [H.Synthetic(n, work_us=50, draw="global") for _ in range(k)]
     weights = [Fraction(4, 10), Fraction(3, 10), Fraction(2, 10), Fraction(1, 10)]
     mix = seekdata.Mixture(sources, weights)
+    mix_off = seekdata.Mixture(sources, weights, reseed_global_rng=False)
     concat = torch.utils.data.ConcatDataset(sources)
     per_sample = torch.tensor([float(w) / n for w in weights for _ in range(n)], dtype=torch.double)
+
+    def weighted(dataset: Any, w: int) -> float:
+        sampler = torch.utils.data.WeightedRandomSampler(
+            per_sample, len(concat), generator=torch.Generator().manual_seed(0)
+        )
+        loader = torch.utils.data.DataLoader(dataset, 32, sampler=sampler, num_workers=w)
+        return H.samples_per_s(loader, batches)
+
+    def ours(dataset: Any, w: int, reseed: bool = True) -> float:
+        loader = seekdata.StatefulDataLoader(
+            dataset, batch_size=32, num_workers=w, reseed_global_rng=reseed
+        )
+        return H.samples_per_s(loader, batches)
+
     rows = []
-    for workers in (0, 2):
-        cases = {
-            "DataLoader, ConcatDataset + WeightedRandomSampler": lambda w=workers: H.samples_per_s(
-                torch.utils.data.DataLoader(
-                    concat,
-                    batch_size=32,
-                    num_workers=w,
-                    sampler=torch.utils.data.WeightedRandomSampler(
-                        per_sample, len(concat), generator=torch.Generator().manual_seed(0)
-                    ),
-                ),
-                batches,
+    for workers in workers_list:
+        run = {
+            "DataLoader + reseed, ConcatDataset + WeightedRandomSampler": lambda w=workers: (
+                weighted(H.Reseeding(concat), w)
             ),
-            "seekdata, ConcatDataset in order (no mixing)": lambda w=workers: H.samples_per_s(
-                seekdata.StatefulDataLoader(concat, batch_size=32, num_workers=w), batches
+            "DataLoader, ConcatDataset + WeightedRandomSampler": lambda w=workers: weighted(
+                concat, w
             ),
-            "seekdata, Mixture": lambda w=workers: H.samples_per_s(
-                seekdata.StatefulDataLoader(mix, batch_size=32, num_workers=w), batches
-            ),
+            "seekdata, Mixture": lambda w=workers: ours(mix, w),
+            "seekdata, ConcatDataset in order (no mixing)": lambda w=workers: ours(concat, w),
+            "seekdata, Mixture, reseed off": lambda w=workers: ours(mix_off, w, reseed=False),
         }
-        results = H.interleave(cases, rounds=3 if quick else 9)
-        reference = results["DataLoader, ConcatDataset + WeightedRandomSampler"]
+        results = H.interleave(run, rounds=3 if quick else 9)
         for name, values in results.items():
+            base = THROUGHPUT_PAIRS[name]
+            ratios = [v / r for v, r in zip(values, results[base], strict=True)] if base else []
             rows.append(
                 {
                     "loader": name,
                     "workers": workers,
                     "samples/s": H.median(values),
-                    "÷ DataLoader": H.median(
-                        [v / r for v, r in zip(values, reference, strict=True)]
-                    ),
+                    "vs": base or "",
+                    "ratio": H.median(ratios) if ratios else "",
+                    "spread": f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "",
                 }
             )
     return rows
@@ -228,11 +253,22 @@ def plot(out: Any, seek: list[dict[str, Any]], curves: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    args = H.parser(__doc__ or "", "mixture").parse_args()
+    p = H.parser(__doc__ or "", "mixture")
+    p.add_argument("--only-throughput", action="store_true", help="only the throughput table")
+    p.add_argument("--workers", default="0,2", help="num_workers list for throughput (0,2)")
+    args = p.parse_args()
+    workers = tuple(int(w) for w in args.workers.split(","))
+    if args.only_throughput:
+        with H.quiet():
+            throughput = throughput_rows(args.quick, workers)
+        print(H.table(throughput, ["loader", "workers", "samples/s", "vs", "ratio", "spread"]))
+        H.write(args.out.with_name("mixture_throughput.json"), "mixture", None,
+                throughput=throughput)  # fmt: skip
+        return
     with H.quiet():
         seek = seek_rows(args.quick)
         memory = memory_rows()
-        throughput = throughput_rows(args.quick)
+        throughput = throughput_rows(args.quick, workers)
         discrepancy, curves = discrepancy_rows(args.quick)
     print(
         H.table(
@@ -243,7 +279,7 @@ def main() -> None:
     print()
     print(H.table(memory, list(memory[0])))
     print()
-    print(H.table(throughput, ["loader", "workers", "samples/s", "÷ DataLoader"]))
+    print(H.table(throughput, ["loader", "workers", "samples/s", "vs", "ratio", "spread"]))
     print()
     print(H.table(discrepancy, list(discrepancy[0])))
     H.write(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import pathlib
 import random
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seekdata
-from seekdata import _mixtree
+from seekdata import _mixtree, rng
 from seekdata.testing import assert_exact_resume
 from seekdata.wds import TarShards
 from tests.test_wds import write_shards
@@ -422,3 +423,26 @@ def test_a_window_stops_ranks_from_seeing_one_source_each() -> None:
         per_rank = [{mix.locate(p)[0] for p in range(r, 64, 2)} for r in range(2)]
         assert all(len(s) == 2 for s in per_rank) is both
         assert mix.counts(16) == [8, 8] and mix.counts(48) == [24, 24]
+
+
+class _DrawsFirst(seekdata.Mixture):
+    """A subclass that draws from numpy's global RNG before the mixture reseeds."""
+
+    def __getitem__(self, position: int) -> Any:
+        return float(np.random.random()), super().__getitem__(position)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_the_loader_skips_its_reseed_only_where_the_mixture_reseeds_first(num_workers: int) -> None:
+    """A Mixture reseeds every generator from its sample's key, so the loader does not reseed
+    by position first; a subclass that draws before the mixture still gets the position's key."""
+    mix = mix3()
+    assert mix.reseeds_global_rng_itself
+    assert not mix3(reseed_global_rng=False).reseeds_global_rng_itself
+    sub = _DrawsFirst(mix.datasets, [1, 1, 2], seed=7)
+    assert not sub.reseeds_global_rng_itself
+    loader = seekdata.StatefulDataLoader(sub, batch_size=4, seed=3, num_workers=num_workers)
+    firsts = [first for batch in itertools.islice(loader, 3) for first in batch[0].tolist()]
+    for p, first in enumerate(firsts):  # the loader's default order is sequential here
+        _, numpy_seed, _ = rng.global_seeds(3, 0, np.array([p])).tolist()[0]
+        assert first == np.random.RandomState(numpy_seed).random_sample()

@@ -173,3 +173,55 @@ def test_single_samples_restore_only_the_reseeded_generators() -> None:
     assert np.array_equal(np.random.rand(3), expected_np)  # saved and restored around each
     assert not torch.equal(torch.rand(3), expected_torch)  # not reseeded: the samples drew it
     assert [int(s["index"]) for s in samples] == [0, 1, 2]
+
+
+class _TwoDraws(torch.utils.data.Dataset):
+    """Each sample draws twice from sample_rng(), with a nested sample_scope in between."""
+
+    def __len__(self) -> int:
+        return 9
+
+    def __getitem__(self, index: int) -> tuple[int, float, float, float]:
+        first = seekdata.sample_rng().random()
+        with rng.sample_scope(99, 0, 1000 + index, reseed_global_rng=False) as inner:
+            nested = inner.random()
+        return index, first, seekdata.sample_rng().random(), nested
+
+
+@pytest.mark.parametrize("reseed", [False, True])
+def test_sample_rng_without_reseeding_continues_each_samples_stream(reseed: bool) -> None:
+    """Reseeding off, the loader fetches a batch without per-sample writes (rng.IN_BATCH):
+    sample_rng() must still key each sample, continue its stream within the sample, and
+    survive a nested scope — also for a repeated index in one batch."""
+    g = torch.Generator().manual_seed(3)
+    sampler = torch.utils.data.RandomSampler(range(9), True, num_samples=40, generator=g)
+    loader = seekdata.StatefulDataLoader(
+        _TwoDraws(), batch_size=8, sampler=sampler, seed=4, reseed_global_rng=reseed,
+        collate_fn=list,
+    )  # fmt: skip
+    seen = [sample for batch in loader for sample in batch]
+    indices = [s[0] for s in seen]
+    assert len(set(indices)) < len(indices)  # repeats within the stream (replacement)
+    for index, first, second, nested in seen:
+        g = seekdata.sample_generator(4, 0, index)
+        assert (first, second) == (g.random(), g.random())
+        assert nested == seekdata.sample_generator(99, 0, 1000 + index).random()
+    with pytest.raises(RuntimeError, match="outside one"):
+        seekdata.sample_rng()
+
+
+class _StopsAt(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        if index == 5:
+            raise StopIteration
+        return index
+
+
+@pytest.mark.parametrize("reseed", [False, True])
+def test_a_stopiteration_from_getitem_is_an_error_not_a_short_batch(reseed: bool) -> None:
+    loader = seekdata.StatefulDataLoader(_StopsAt(), batch_size=8, reseed_global_rng=reseed)
+    with pytest.raises(RuntimeError, match=r"StopIteration|__getitem__\(5\)"):
+        next(iter(loader))

@@ -578,8 +578,8 @@ BAD = [
     (lambda: TransformedDataset([1, 2], "crop"), TypeError, "transform must be callable"),
     (lambda: TransformedDataset(iter([1]), RandomCrop(4)), TypeError, "map-style"),
     (lambda: batch_generator(0, -1, 0, [0]), ValueError, "epoch"),
-        (lambda: batch_generator(0, 0, 0, 3), TypeError, "indices"),
-        (lambda: batch_generator(0, 0, 0, [-1]), ValueError, "index"),
+    (lambda: batch_generator(0, 0, 0, 3), TypeError, "indices"),
+    (lambda: batch_generator(0, 0, 0, [-1]), ValueError, "index"),
 ]
 
 

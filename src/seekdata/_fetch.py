@@ -20,9 +20,10 @@ import torch.utils.data
 from seekdata import _globalrng, preemption, rng
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class BatchKey:
-    """One batch: its epoch, its step in the epoch (on this rank) and its dataset indices."""
+    """One batch: its epoch, its step in the epoch (on this rank) and its dataset indices.
+    Not frozen: a frozen dataclass's ``__init__`` costs three times as much, once per batch."""
 
     epoch: int
     step: int
@@ -82,20 +83,26 @@ class KeyedDataset(torch.utils.data.Dataset):
         saved = None
         if reseed and torch.utils.data.get_worker_info() is None:
             saved = _globalrng.save(reseed)  # num_workers=0: the caller's RNG, restored in Collate
-        out = _Fetched()
-        out.key = key
+        if reseed and getattr(self.dataset, "reseeds_global_rng_itself", False):
+            # e.g. a Mixture: it reseeds every generator from its sample's own key before the
+            # source runs, so reseeding from the position's key first is unobservable
+            reseed = ()
         indices = key.indices
-        getitem, append = self.dataset.__getitem__, out.append
+        getitem = self.dataset.__getitem__
         fetch = rng.current  # the hot loop: enter_sample inlined, the batch's key set once
         fetch.seed, fetch.epoch = self.seed, key.epoch
-        now = fetch.now  # [index, fresh]: list items, far cheaper than thread-local attributes
+        now = fetch.now  # list items: far cheaper than thread-local attributes (rng._Fetch)
         try:
             if not reseed:
-                for index in indices:
-                    now[0] = index
-                    now[1] = True
-                    append(getitem(index))
+                # no per-sample work: map() in C, sample_rng() reads the index off the iterator
+                seq = iter(indices)
+                now[2], now[3], now[4], now[0] = seq, indices, -1, rng.IN_BATCH
+                out = _Fetched(map(getitem, seq))
+                if len(out) != len(indices):  # a StopIteration from getitem ends map() early
+                    raise _stopped(self.dataset, indices[len(out)])
             else:
+                out = _Fetched()
+                append = out.append
                 torch_col, np_col, py_col = rng.seed_columns(self.seed, key.epoch, indices)
                 if reseed == _globalrng.GENERATORS:
                     # rng.seed_globals((a, b, c)), inlined: a call per sample costs ~2%
@@ -119,14 +126,25 @@ class KeyedDataset(torch.utils.data.Dataset):
                         for seeder, column in calls:
                             seeder(column[i])
                         append(getitem(index))
-        except BaseException:
+        except BaseException as e:
             if saved is not None:
                 _globalrng.restore(saved)
+            if isinstance(e, StopIteration):  # torch's iterator would end the epoch silently
+                raise _stopped(self.dataset, now[0]) from e
             raise
         finally:
-            now[0], now[1] = -1, False  # rng.exit_sample(), inlined
+            now[0], now[1], now[2] = -1, False, None  # rng.exit_sample(), inlined
+        out.key = key
         out.saved = saved
         return out
+
+
+def _stopped(dataset: Any, index: Any) -> RuntimeError:
+    return RuntimeError(
+        f"{type(dataset).__name__}.__getitem__({index}) raised StopIteration, which would end "
+        f"the epoch silently; a map-style dataset must return a sample or raise another "
+        f"exception (IndexError for an index out of range)"
+    )
 
 
 def _seed_globals_for_batch(seed: int, key: BatchKey, reseed: tuple[str, ...]) -> None:

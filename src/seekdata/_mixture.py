@@ -107,6 +107,14 @@ class Mixture(torch.utils.data.Dataset):
     #: Read by :class:`seekdata.DistributedSampler`: shuffling positions again is refused.
     shuffles_itself = True
 
+    @property
+    def reseeds_global_rng_itself(self) -> bool:
+        """Read by the loader: with ``reseed_global_rng=True`` every fetch reseeds torch, numpy
+        and ``random`` from the sample's own key, so the loader skips its own reseeding by
+        position (it would be overwritten before the source runs). Not for a subclass that
+        overrides ``__getitem__``: its own code may draw before the mixture reseeds."""
+        return self.reseed_global_rng and type(self).__getitem__ is Mixture.__getitem__
+
     def __init__(
         self,
         datasets: Sequence[Any],
@@ -255,7 +263,7 @@ class Mixture(torch.utils.data.Dataset):
         if not 0 <= position < self.length:
             raise IndexError(f"Mixture: index must be in [0, {self.length}); got {position}")
         fetch = rng.current
-        in_fetch = fetch.now[0] >= 0  # a seekdata loader is fetching: its epoch is ours
+        in_fetch = fetch.now[0] != -1  # a seekdata loader is fetching: its epoch is ours
         k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
         seed = self.source_seeds[k]
         seeds = rng.sample_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
@@ -263,13 +271,12 @@ class Mixture(torch.utils.data.Dataset):
         # inside a seekdata loader that reseeds, the loader does it once per batch
         in_main = torch.utils.data.get_worker_info() is None
         saved = rng.capture_globals() if seeds is not None and in_main and not in_fetch else None
-        outer = (fetch.seed, fetch.epoch, *fetch.now)
+        outer = rng.nest()
         rng.enter_sample(seed, source_epoch, index, seeds)
         try:
             return self.datasets[k][index]
         finally:
-            fetch.seed, fetch.epoch = outer[:2]
-            fetch.now[:] = outer[2:]
+            rng.unnest(outer)
             if saved is not None:  # the main process: its global RNG as it was
                 rng.restore_globals(saved)
 

@@ -60,6 +60,7 @@ from seekdata._keys import (
 __all__ = [
     "BATCH",
     "GENERATORS",
+    "IN_BATCH",
     "ORDER",
     "SAMPLE",
     "STREAMS",
@@ -79,6 +80,7 @@ __all__ = [
     "mix64",
     "mix64_int",
     "mix_keyed",
+    "nest",
     "numpy_generator",
     "restore_globals",
     "sample_generator",
@@ -89,6 +91,7 @@ __all__ = [
     "seed_globals",
     "splitmix64",
     "torch_generator",
+    "unnest",
 ]
 
 
@@ -226,9 +229,15 @@ def batch_generator(
 
 
 class _Fetch(threading.local):
-    """The sample being fetched in this thread, if any: ``now`` is ``[index, fresh]`` (index -1
-    outside a fetch; fresh until the sample's stream is keyed), a list because the loader's
-    hot loop writes it per sample, and a list item costs a tenth of a thread-local attribute."""
+    """The sample being fetched in this thread, if any. ``now`` is a list because the loader's
+    hot loop writes it, and a list item costs a tenth of a thread-local attribute:
+
+    - ``now[0]``: the index; -1 outside a fetch; :data:`IN_BATCH` while the loader fetches a
+      batch with ``map(getitem, now[2])``, where ``now[2]`` is the tuple iterator over the
+      batch's indices ``now[3]``: the sample being fetched is the one the iterator just gave,
+      found from its length hint, so the loop writes nothing per sample;
+    - ``now[1]``: the sample's stream is not keyed yet (index mode);
+    - ``now[4]``: the batch position whose stream is keyed (batch mode; -1: none yet)."""
 
     seed: int = -1
     epoch: int = -1
@@ -238,10 +247,13 @@ class _Fetch(threading.local):
     key_for: tuple[int, int] = (-1, -1)
 
     def __init__(self) -> None:  # runs once in every thread that touches it
-        self.now: list[Any] = [-1, False]
+        self.now: list[Any] = [-1, False, None, (), -1]
 
 
-#: The sample this thread is fetching: ``seed``, ``epoch`` and ``now`` = ``[index, fresh]``.
+#: ``now[0]`` while the loader fetches a batch by ``map`` (see :class:`_Fetch`).
+IN_BATCH = -2
+
+#: The sample this thread is fetching: ``seed``, ``epoch`` and ``now`` (see :class:`_Fetch`).
 #: Written by the loader's fetch loop and :func:`enter_sample`; read by :func:`sample_rng`.
 current = _Fetch()
 
@@ -255,14 +267,24 @@ def sample_rng() -> np.random.Generator:
     """
     f = current
     now = f.now
-    if now[0] < 0:
+    index = now[0]
+    if index >= 0:  # enter_sample, or the loader's per-sample loop
+        fresh = now[1]
+        now[1] = False
+    elif index == IN_BATCH:  # the loader's map over the batch: the iterator's last item
+        indices = now[3]
+        at = len(indices) - now[2].__length_hint__() - 1
+        index = indices[at]
+        fresh = now[4] != at
+        now[4] = at
+    else:
         raise RuntimeError(
             "sample_rng() must be called while a seekdata loader fetches a sample "
             "(inside dataset.__getitem__); it was called outside one. Outside a loader use "
             "seekdata.sample_generator(seed, epoch, index), or wrap the call in "
             "seekdata.rng.sample_scope(seed, epoch, index)"
         )
-    if now[1]:
+    if fresh:
         if f.bitgen is None or f.state is None:
             f.bitgen = np.random.Philox(key=np.zeros(2, dtype=_U64))
             f.generator = np.random.Generator(f.bitgen)
@@ -273,11 +295,10 @@ def sample_rng() -> np.random.Generator:
             f.key_for = (f.seed, f.epoch)
         counter = state["state"]["counter"]
         counter[:] = 0
-        counter[2] = now[0]
+        counter[2] = index
         state["buffer_pos"] = 4  # discard buffered words of the previous sample
         state["has_uint32"] = 0
         f.bitgen.state = state
-        now[1] = False
     return f.generator  # type: ignore[return-value]  # set on the first fresh call above
 
 
@@ -289,13 +310,42 @@ def enter_sample(seed: int, epoch: int, index: int, seeds: list[int] | None) -> 
     """
     f = current
     f.seed, f.epoch = seed, epoch
-    f.now[:] = index, True
+    now = f.now
+    now[0], now[1] = index, True
     if seeds is not None:
         seed_globals(seeds)
 
 
 def exit_sample() -> None:
-    current.now[:] = -1, False
+    now = current.now
+    now[0], now[1] = -1, False
+
+
+def nest() -> tuple[Any, ...]:
+    """Before a nested sample (a :class:`seekdata.Mixture` source, :func:`sample_scope`): what
+    :func:`unnest` needs to give the outer sample back its context — and its stream where
+    ``sample_rng()`` had already keyed it, since the nested sample re-keys the thread's one
+    generator. Free when the outer sample drew nothing (a loader fetching a mixture)."""
+    f = current
+    now = f.now
+    index = now[0]
+    if index >= 0:
+        keyed = not now[1]
+    elif index == IN_BATCH:
+        keyed = now[4] == len(now[3]) - now[2].__length_hint__() - 1
+    else:
+        keyed = False
+    stream = f.bitgen.state if keyed and f.bitgen is not None else None
+    return f.seed, f.epoch, list(now), stream
+
+
+def unnest(outer: tuple[Any, ...]) -> None:
+    """After a nested sample: the outer sample's context and stream, as :func:`nest` saw them."""
+    f = current
+    f.seed, f.epoch, f.now[:], stream = outer
+    if stream is not None:
+        f.bitgen.state = stream  # type: ignore[union-attr]  # set when the stream was saved
+        f.key_for = (-1, -1)  # f.state holds the nested key: rewrite it at the next keying
 
 
 def capture_globals() -> tuple[Any, Any, Any]:
@@ -326,14 +376,13 @@ def sample_scope(
     epoch = check_counter(epoch, "epoch", "sample_scope")
     index = check_counter(index, "index", "sample_scope")
     saved = capture_globals() if reseed_global_rng else None
-    outer = (current.seed, current.epoch, *current.now)
+    outer = nest()
     seeds = global_seeds(seed, epoch, np.array([index])).tolist()[0] if reseed_global_rng else None
     try:
         enter_sample(seed, epoch, index, seeds)
         yield sample_rng()
     finally:
-        current.seed, current.epoch = outer[:2]
-        current.now[:] = outer[2:]
+        unnest(outer)
         if saved is not None:
             restore_globals(saved)
 

@@ -34,9 +34,11 @@ def plan_batches(
     b = batch_size
     k0, chunk = 0, b  # the first chunk is one batch (fast first batch), then it grows
     while k0 < total:
-        idx = sampler.local_indices(epoch, start, k0, min(k0 + chunk, total)).tolist()
+        idx = tuple(sampler.local_indices(epoch, start, k0, min(k0 + chunk, total)).tolist())
+        step = step0 + k0 // b
         for j in range(0, len(idx), b):
-            yield BatchKey(epoch, step0 + (k0 + j) // b, tuple(idx[j : j + b]))
+            yield BatchKey(epoch, step, idx[j : j + b])
+            step += 1
         k0 += chunk
         chunk = min(chunk * 4, max(b, 8192 // b * b))
 
@@ -153,7 +155,7 @@ class SeekableEngine(KeyedEngine):
             step = b
 
     def consumed(self, k: int, end: bool = False) -> None:
-        step = P.kept_step(self.step0, k, self.holes)
+        step = P.kept_step(self.step0, k, self.holes) if self.holes else self.step0 + k
         if end:
             self.cursor.finish()
         elif k >= self.num_batches:
