@@ -4,6 +4,7 @@
     python benchmarks/throughput.py --quick      # a smoke run
     python benchmarks/throughput.py --workers 16 --pin-memory --device cuda --workloads tokens,image
     python benchmarks/throughput.py --profile    # also: cProfile of seekdata, reseeding on
+    python benchmarks/throughput.py --alternate --workloads cheap,tokens   # num_workers=0, blocks
 
 Workloads (one dataset object per workload, the same for every loader; each sample draws from
 numpy's or torch's global RNG, as unmodified code does):
@@ -42,6 +43,7 @@ import pathlib
 import pstats
 import random
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -97,6 +99,46 @@ def run_case(kind: str, data: Any, workers: int, args: Any, progress: H.Progress
         result = {"startup_s": math.nan, "samples_s": math.nan}
     progress.step(f"{kind} | {args.workload_now} | w{workers}")
     return result
+
+
+def alternate(workload: str, data: Any, kinds: list[str], args: Any) -> list[dict]:
+    """``num_workers=0`` only: every loader's iterator open at once, timed in alternating blocks
+    of ``args.block`` batches, in a new random order each cycle. A single process's speed on a
+    shared VM swings 2x within seconds; blocks a few ms apart see the same machine, so the
+    ratio of two loaders' summed block times is steadier than whole runs seconds apart."""
+    iters = {kind: iter(loader(kind, data, 0, False)) for kind in kinds}
+    for it in iters.values():
+        for _ in range(10):  # first batches: epoch set-up, caches
+            next(it)
+    seconds: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for _ in range(args.cycles):
+        for kind in random.sample(kinds, len(kinds)):
+            it, t0 = iters[kind], time.perf_counter()
+            for _ in range(args.block):
+                next(it)
+            seconds[kind].append(time.perf_counter() - t0)
+    rows = []
+    for kind in kinds:
+        base = PAIRS[kind]
+        if base not in seconds:
+            continue
+        per_cycle = [b / a for a, b in zip(seconds[kind], seconds[base], strict=True)]
+        per_cycle.sort()
+        q = len(per_cycle) // 4
+        rows.append(
+            {
+                "workload": workload,
+                "loader": kind,
+                "samples_s": args.cycles * args.block * BATCH / sum(seconds[kind]),
+                "vs": base,
+                "ratio": sum(seconds[base]) / sum(seconds[kind]),
+                "cycle ratios IQR": f"{per_cycle[q]:.3f}-{per_cycle[-q - 1]:.3f}",
+                "extra us/batch": 1e6
+                * (sum(seconds[kind]) - sum(seconds[base]))
+                / (args.cycles * args.block),
+            }
+        )
+    return rows
 
 
 def breakdown() -> list[dict]:
@@ -183,6 +225,13 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="also print a cProfile of seekdata")
     p.add_argument("--scale", type=float, default=None, help="x samples timed per run (1)")
     p.add_argument("--only-throughput", action="store_true", help="skip state and breakdown")
+    p.add_argument(
+        "--alternate",
+        action="store_true",
+        help="num_workers=0 only: loaders timed in alternating blocks (see alternate)",
+    )
+    p.add_argument("--cycles", type=int, default=200, help="--alternate: cycles (200)")
+    p.add_argument("--block", type=int, default=10, help="--alternate: batches a block (10)")
     args = p.parse_args()
     torch.set_num_threads(1)  # one intra-op thread: the loaders, not torch, are measured
     rounds = args.rounds or (2 if args.quick else 9)
@@ -195,6 +244,15 @@ def main() -> None:
     for needed in {PAIRS[k] for k in kinds}:
         if needed not in kinds:
             kinds.append(needed)
+    if args.alternate:
+        rows = [row for w in workloads for row in alternate(w, dataset(w), kinds, args)]
+        print(f"num_workers=0, batch {BATCH}, {args.cycles} cycles of {args.block}-batch blocks "
+              "in random order; ratio: the baseline's summed time ÷ the loader's")  # fmt: skip
+        print(H.table(rows, ["workload", "loader", "samples_s", "vs", "ratio",
+                             "cycle ratios IQR", "extra us/batch"]))  # fmt: skip
+        H.write(args.out.with_name("throughput_alternate.json"), "throughput", rows,
+                batch_size=BATCH, cycles=args.cycles, block=args.block)  # fmt: skip
+        return
     progress = H.Progress(len(workloads) * len(workers_list) * rounds * len(kinds))
     rows = []
     try:

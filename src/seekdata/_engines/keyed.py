@@ -245,7 +245,11 @@ class _LoaderIter:
 
     def _start(self) -> Iterator[Any]:
         self._engine.begin()
-        self._engine_iter = iter(self._engine.loader)
+        loader = self._engine.loader
+        if loader.num_workers == 0 and not loader.pin_memory:
+            self._engine_iter = _in_process(self._engine)
+        else:
+            self._engine_iter = iter(loader)
         return self._engine_iter
 
     def __next__(self) -> Any:
@@ -277,3 +281,17 @@ class _LoaderIter:
         if engine_iter is None:  # torch's iterator exists from iter(): start ours to answer
             engine_iter = self._start()
         return getattr(engine_iter, name)
+
+
+def _in_process(engine: KeyedEngine) -> Iterator[Any]:
+    """``num_workers=0`` without pinning: what torch's single-process iterator does for a
+    map-style dataset — fetch each planned batch (``__getitems__`` with a batch sampler,
+    ``dataset[key]`` without), then collate — minus its per-batch machinery (a profiler range,
+    the index and fetcher indirections: several µs a batch, most of the loader's own cost on
+    a cheap sample). With workers or ``pin_memory``, torch's iterator runs as is."""
+    loader = engine.loader
+    collate = loader.collate_fn
+    keyed = engine.keyed
+    fetch = keyed.__getitems__ if loader.batch_sampler is not None else keyed.__getitem__
+    for key in engine.batches():
+        yield collate(fetch(key))
