@@ -5,6 +5,7 @@
     python benchmarks/throughput.py --workers 16 --pin-memory --device cuda --workloads tokens,image
     python benchmarks/throughput.py --profile    # also: cProfile of seekdata, reseeding on
     python benchmarks/throughput.py --alternate --workloads cheap,tokens   # num_workers=0, blocks
+    python benchmarks/throughput.py --replot results/throughput.json       # redraw a JSON's plot
 
 Workloads (one dataset object per workload, the same for every loader; each sample draws from
 numpy's or torch's global RNG, as unmodified code does):
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import cProfile
 import functools
+import json
 import math
 import pathlib
 import pstats
@@ -232,7 +234,18 @@ def main() -> None:
     )
     p.add_argument("--cycles", type=int, default=200, help="--alternate: cycles (200)")
     p.add_argument("--block", type=int, default=10, help="--alternate: batches a block (10)")
+    p.add_argument(
+        "--replot",
+        type=pathlib.Path,
+        default=None,
+        help="redraw the plot of a JSON this script wrote (e.g. on another machine)",
+    )
     args = p.parse_args()
+    if args.replot is not None:
+        written = json.loads(args.replot.read_text())
+        draw = plot if "num_workers" in written["rows"][0] else plot_alternate
+        draw(args.replot.with_suffix(".png"), written["rows"])
+        return
     torch.set_num_threads(1)  # one intra-op thread: the loaders, not torch, are measured
     rounds = args.rounds or (2 if args.quick else 9)
     args.scale = args.scale or (0.1 if args.quick else 1.0)
@@ -250,8 +263,10 @@ def main() -> None:
               "in random order; ratio: the baseline's summed time ÷ the loader's")  # fmt: skip
         print(H.table(rows, ["workload", "loader", "samples_s", "vs", "ratio",
                              "cycle ratios IQR", "extra us/batch"]))  # fmt: skip
-        H.write(args.out.with_name("throughput_alternate.json"), "throughput", rows,
-                batch_size=BATCH, cycles=args.cycles, block=args.block)  # fmt: skip
+        out = args.out.with_name("throughput_alternate.json")
+        H.write(out, "throughput", rows, batch_size=BATCH, cycles=args.cycles, block=args.block,
+                mode="alternate")  # fmt: skip
+        plot_alternate(out.with_suffix(".png"), rows)
         return
     progress = H.Progress(len(workloads) * len(workers_list) * rounds * len(kinds))
     rows = []
@@ -325,6 +340,29 @@ def summarise(workload: str, workers: int, results: dict[str, list[dict]]) -> li
     return rows
 
 
+def plot_alternate(out: pathlib.Path, rows: list[dict]) -> None:
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    kinds = [k for k in dict.fromkeys(r["loader"] for r in rows) if PAIRS.get(k) != k]
+    series = {
+        f"{kind} ÷ {PAIRS[kind]}": [
+            next(r["ratio"] for r in rows if r["workload"] == w and r["loader"] == kind)
+            for w in workloads
+        ]
+        for kind in kinds
+    }
+    fig, ax = H.pyplot().subplots(figsize=(8, 4.4))
+    colors = {f"{k} ÷ {PAIRS[k]}": c for k, c in _SHADES.items()}
+    H.plot_bars(ax, [f"{w}\nworkers=0" for w in workloads], series,
+                "samples/s ÷ baseline's (alternating blocks)", colors)  # fmt: skip
+    ax.axhline(1.0, color="#7f7f7f", lw=1)
+    ax.axhline(0.95, color="#7f7f7f", lw=1, ls=":")
+    top = max((v for values in series.values() for v in values), default=1.0)
+    ax.set_ylim(0, max(1.25, top + 0.25))
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
+    ax.set_title(f"num_workers=0, loaders timed in alternating blocks (batch {BATCH})")
+    H.save(fig, out)
+
+
 _SHADES = {"seekdata torch+numpy": "#1b4f9c", "grain": "#4caf50"}
 
 
@@ -335,9 +373,12 @@ def plot(out: pathlib.Path, rows: list[dict]) -> None:
     series = {
         f"{kind} ÷ {PAIRS[kind]}": [
             next(
-                r["ratio"]
-                for r in rows
-                if (r["workload"], r["num_workers"]) == c and r["loader"] == kind
+                (
+                    r["ratio"]
+                    for r in rows
+                    if (r["workload"], r["num_workers"]) == c and r["loader"] == kind
+                ),
+                math.nan,  # a loader not run in this configuration
             )
             for c in configs
         ]

@@ -1,0 +1,51 @@
+"""The throughput and mixture scripts in benchmarks/ run and write what their docs cite.
+
+Only that they run, print their table and write JSON and a plot: no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def script(name: str, *argv: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *argv],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_alternating_blocks_write_ratios_and_a_plot_that_replots(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "t.json"
+    text = script(
+        "throughput.py", "--alternate", "--workloads", "cheap", "--cycles", "3", "--block", "2",
+        "--loaders", "seekdata reseed off,DataLoader", "--out", str(out),
+    )  # fmt: skip
+    written = tmp_path / "throughput_alternate.json"
+    rows = json.loads(written.read_text())["rows"]
+    assert [(r["loader"], r["vs"]) for r in rows] == [
+        ("seekdata reseed off", "DataLoader"),
+        ("DataLoader", "DataLoader"),
+    ]
+    assert all(r["ratio"] > 0 for r in rows) and "cycle ratios IQR" in text
+    png = written.with_suffix(".png")
+    png.unlink()
+    script("throughput.py", "--replot", str(written))
+    assert png.stat().st_size > 0
+
+
+def test_mixture_throughput_pairs_each_loader_with_its_baseline(tmp_path: pathlib.Path) -> None:
+    script("mixture.py", "--only-throughput", "--quick", "--workers", "0",
+           "--out", str(tmp_path / "m.json"))  # fmt: skip
+    rows = json.loads((tmp_path / "mixture_throughput.json").read_text())["throughput"]
+    pairs = {r["loader"]: r["vs"] for r in rows}
+    assert pairs["seekdata, Mixture"].startswith("DataLoader + reseed")
+    assert pairs["seekdata, Mixture, reseed off"].startswith("DataLoader, ")
+    assert all(r["samples/s"] > 0 for r in rows)
