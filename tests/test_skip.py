@@ -177,3 +177,19 @@ def test_the_sampler_moves_by_global_batches_too() -> None:
     # at the end of epoch 2 (global batch 9); back 4: epoch 1, batch 2 (its short last one)
     sampler.skip(-4, batch_size=2)
     assert take(sampler, 3) == full[9:12]
+
+
+def test_the_batch_sampler_view_leaves_out_skipped_steps() -> None:
+    """loader.batch_sampler (torch's view, iterated by frameworks) lists the batches the loader
+    will hand out: skipped steps are gone from it too, and iterating it moves nothing."""
+    loader = make()
+    take(loader, 1)  # mid-epoch 0, step 1
+    loader.skip_steps(2, 3)  # epoch 0's third batch
+    loader.skip_steps(5, 6)  # epoch 1's second batch
+    view = [list(b) for b in loader.batch_sampler]
+    got = [batch["index"].tolist() for batch in loader]
+    assert view == got and len(got) == 2  # steps 1 and 3 of epoch 0
+    view = [list(b) for b in loader.batch_sampler]  # the next epoch, its step 1 skipped
+    got = [batch["index"].tolist() for batch in loader]
+    assert view == got and len(got) == 3
+    assert len(loader.batch_sampler) == 4  # torch's len: a full epoch

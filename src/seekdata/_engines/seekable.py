@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 import torch.utils.data
 
@@ -43,6 +43,17 @@ def plan_batches(
         chunk = min(chunk * 4, max(b, 8192 // b * b))
 
 
+class _Plan(NamedTuple):
+    """One epoch's batches from the cursor: epoch, start position, first step, the steps it
+    spans and the skipped in-epoch ranges (holes) within them."""
+
+    epoch: int
+    start: int
+    step0: int
+    span: int
+    holes: list[tuple[int, int]]
+
+
 def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -67,10 +78,9 @@ class BatchIndices(torch.utils.data.BatchSampler):
             from seekdata.integrations.accelerate import _refuse_rebuild
 
             _refuse_rebuild(sys._getframe(1))
-        s = self._seeker
-        epoch, start = s.next_start()
-        keys = plan_batches(s, epoch, start, self.batch_size, self.drop_last, 0)
-        return (list(key.indices) for key in keys)
+        epoch, start = self._seeker.next_start()
+        plan = self._engine.plan(epoch, start)
+        return (list(key.indices) for key in self._engine.keys(plan))
 
     def __len__(self) -> int:
         return int(self._engine.full_len())
@@ -121,36 +131,46 @@ class SeekableEngine(KeyedEngine):
 
     # --- planning -------------------------------------------------------------------------------
 
-    def begin(self) -> None:
-        self.epoch, self.start = self.sampler.begin()
-        self.step0 = self.cursor.step if self.start > 0 else 0
-        self.span = P.batches(self.sampler.local_len(self.start), self.b, self.drop_last)
-        self.holes: list[tuple[int, int]] = []
+    def plan(self, epoch: int, start: int) -> _Plan:
+        """The epoch's batches from global position ``start``: moves nothing. Skipped global
+        steps become in-epoch holes; a cursor inside one jumps past it."""
+        step0 = self.cursor.step if start > 0 else 0
+        span = P.batches(self.sampler.local_len(start), self.b, self.drop_last)
+        holes: list[tuple[int, int]] = []
         if self.cursor.skips:  # skipped global steps in this epoch: in-epoch ranges
-            lo, hi = self.step0, self.step0 + self.span
-            holes = P.epoch_holes(self.cursor.skips, self.epoch, self.full_len(), lo, hi)
-            if holes and holes[0][0] == self.step0:  # the cursor is in one: jump it now
-                jump = holes.pop(0)[1] - self.step0
-                self.start = self.sampler.position_after(self.start, jump * self.b)
-                self.step0, self.span = self.step0 + jump, self.span - jump
-            self.holes = holes
+            lo, hi = step0, step0 + span
+            holes = P.epoch_holes(self.cursor.skips, epoch, self.full_len(), lo, hi)
+            if holes and holes[0][0] == step0:  # the cursor is in one: jump it now
+                jump = holes.pop(0)[1] - step0
+                start = self.sampler.position_after(start, jump * self.b)
+                step0, span = step0 + jump, span - jump
+        return _Plan(epoch, start, step0, span, holes)
+
+    def begin(self) -> None:
+        plan = self.plan(*self.sampler.begin())
+        self.epoch, self.start, self.step0 = plan.epoch, plan.start, plan.step0
+        self.span, self.holes = plan.span, plan.holes
         self.cursor.advance(self.start, self.step0)
         self.num_batches = self.span - sum(b - a for a, b in self.holes)
 
     def batches(self) -> Iterator[BatchKey]:
-        if not self.holes:
-            return plan_batches(
-                self.sampler, self.epoch, self.start, self.b, self.drop_last, self.step0
-            )
-        return self._around_holes()
+        return self.keys(_Plan(self.epoch, self.start, self.step0, self.span, self.holes))
 
-    def _around_holes(self) -> Iterator[BatchKey]:
-        step, end = self.step0, self.step0 + self.span
-        for a, b in [*self.holes, (end, end)]:
+    def keys(self, plan: _Plan) -> Iterator[BatchKey]:
+        """The batches of ``plan``, around its holes."""
+        if not plan.holes:
+            return plan_batches(
+                self.sampler, plan.epoch, plan.start, self.b, self.drop_last, plan.step0
+            )
+        return self._around_holes(plan)
+
+    def _around_holes(self, plan: _Plan) -> Iterator[BatchKey]:
+        step, end = plan.step0, plan.step0 + plan.span
+        for a, b in [*plan.holes, (end, end)]:
             if step < a:
-                start = self.sampler.position_after(self.start, (step - self.step0) * self.b)
+                start = self.sampler.position_after(plan.start, (step - plan.step0) * self.b)
                 yield from plan_batches(
-                    self.sampler, self.epoch, start, self.b, self.drop_last, step, a - step
+                    self.sampler, plan.epoch, start, self.b, self.drop_last, step, a - step
                 )
             step = b
 
