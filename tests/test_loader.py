@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -272,6 +273,34 @@ def test_unseekable_sampler_replays_indices_only_and_warns() -> None:
     with pytest.warns(UserWarning, match="cannot seek"):
         rest = list(resumed)
     assert batches_equal(ref, head + rest)
+
+
+@pytest.mark.parametrize("batch_size", [1, 5])
+def test_a_sampler_longer_than_the_dataset_resumes_at_every_step(batch_size: int) -> None:
+    """A replacement sampler draws more samples than the dataset holds: the replay cursor
+    counts its batches past len(dataset) instead of reading that count as the epoch's end
+    (which resumed into the next epoch and silently dropped the rest)."""
+
+    def build() -> seekdata.StatefulDataLoader:
+        g = torch.Generator().manual_seed(0)
+        sampler = torch.utils.data.RandomSampler(range(4), True, num_samples=12, generator=g)
+        return seekdata.StatefulDataLoader(list(range(4)), batch_size=batch_size,
+                                           sampler=sampler)  # fmt: skip
+
+    full = [b.tolist() for b in build()]
+    assert len(full) > 4 // batch_size  # more batches than the dataset's length would allow
+    for k in range(len(full) + 1):
+        first = build()
+        it = iter(first)
+        head = [next(it).tolist() for _ in range(k)]
+        state = json.loads(json.dumps(first.state_dict()))
+        resumed = build()
+        resumed.load_state_dict(state)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the replay warning
+            rest = [b.tolist() for b in resumed]
+        assert head + rest == full, k
+        assert state["exhausted"] is False and state["step"] == k
 
 
 def test_torch_distributed_sampler_works_as_replay() -> None:

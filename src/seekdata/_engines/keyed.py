@@ -115,6 +115,10 @@ class KeyedEngine:
     def load(self, state: Any, step: int) -> None:
         raise NotImplementedError
 
+    def cursor_fields(self) -> dict[str, Any]:
+        """The cursor's part of the state."""
+        return self.cursor.fields()
+
     def skip(self, batches: int) -> None:
         raise ValueError(self._cannot_skip("skip"))
 
@@ -187,7 +191,7 @@ class KeyedEngine:
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "loader",
-            **self.cursor.fields(),
+            **self.cursor_fields(),
             S.K_STEP: self.cursor.step,
             **self.fields(),
             S.K_WORLD_SIZE: self.world_size(),

@@ -1,8 +1,10 @@
 """The replay path: a sampler or batch sampler we cannot seek; resume replays its indices.
 
-The cursor counts batches consumed in the epoch (its position; ``n`` once the epoch ended).
-Resuming re-iterates the sampler and skips that many batches of *indices*, O(k), never data,
-and warns once per loader.
+The cursor counts batches consumed in the epoch (its position and its step). The epoch ends
+only when the sampler's iterator does: a sampler may yield any number of batches (e.g. a
+``RandomSampler`` with replacement and ``num_samples`` > ``len(dataset)``), so a count is never
+read as the end; a state of an ended epoch records ``n``. Resuming re-iterates the sampler and
+skips that many batches of *indices*, O(k), never data, and warns once per loader.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from seekdata import state as S
 from seekdata._cursor import Cursor
 from seekdata._engines.keyed import WHERE, KeyedEngine
 from seekdata._fetch import BatchKey
+
+#: The replay cursor's end: past any count of batches, reached only when the iterator finishes.
+_ENDED = 2**63 - 1
 
 
 class ReplayEngine(KeyedEngine):
@@ -51,7 +56,7 @@ class ReplayEngine(KeyedEngine):
         self.single = batch_sampler is None and batch_size is None
         self.inner = sampler if sampler is not None else batch_sampler
         self.n = n
-        self.cursor = Cursor(n)
+        self.cursor = Cursor(_ENDED)  # only finish() reaches it (a count never does)
         self._warned = False  # the replay warning, once per loader (not per process: testable)
         self.step0 = 0
 
@@ -70,7 +75,7 @@ class ReplayEngine(KeyedEngine):
     def begin(self) -> None:
         if self.cursor.begin():
             self._forward_epoch()
-        self.step0 = 0 if self.cursor.ended else self.cursor.position
+        self.step0 = 0 if self.cursor.ended else self.cursor.step
         self.cursor.advance(self.cursor.position, self.step0)
         total = self._total() or 0
         self.num_batches = 0 if self.cursor.ended else max(total - self.step0, 0)
@@ -103,14 +108,16 @@ class ReplayEngine(KeyedEngine):
             yield BatchKey(epoch, done + j, indices)
 
     def consumed(self, k: int, end: bool = False) -> None:
-        done, total = self.step0 + k, self._total()
+        done = self.step0 + k
+        self.cursor.advance(done, done)
         if end:
-            self.cursor.advance(self.n, done)
             self.cursor.finish()
-        elif self.cursor.ended or (total is not None and done >= total):
-            self.cursor.advance(self.n, done)
-        else:
-            self.cursor.advance(done, done)
+
+    def cursor_fields(self) -> dict[str, Any]:
+        fields = self.cursor.fields()
+        if self.cursor.ended:  # an ended epoch is recorded as n, as before
+            fields[S.K_POSITION] = self.n
+        return fields
 
     def set_epoch(self, epoch: int) -> None:
         self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3)
@@ -126,9 +133,11 @@ class ReplayEngine(KeyedEngine):
         return _dist.world_size_or_one()
 
     def max_step(self, state: Any) -> int:
-        if state[S.K_POSITION] < self.n:
-            return int(state[S.K_POSITION])  # batches consumed in the epoch, on each rank
-        return max(self.n, self._total() or 0)
+        if not state[S.K_EXHAUSTED]:
+            # batches consumed in the epoch, on each rank (a state from before this rule that
+            # recorded an epoch's end as n has its step <= n)
+            return int(state[S.K_POSITION])
+        return max(self.n, self._total() or 0, int(state.get(S.K_STEP, 0)))
 
     def stream_fields(self) -> dict[str, Any]:
         return {
@@ -143,7 +152,14 @@ class ReplayEngine(KeyedEngine):
         for message in S.check_state(state, expected, where=where, strict=strict):
             warnings.warn(message + " (strict=False: continuing)", stacklevel=4)
         old, here, done = state.get(S.K_WORLD_SIZE), self.world_size(), state[S.K_POSITION]
-        if old is not None and old != here and 0 < done < self.n:
+        total = self._total()
+        if (
+            old is not None
+            and old != here
+            and not state[S.K_EXHAUSTED]
+            and done > 0
+            and (total is None or done < total)
+        ):
             name = type(self.inner).__name__
             raise S.StateMismatchError(
                 f"{where}: world_size is {old} in the checkpoint but {here} here, and the "
@@ -155,5 +171,7 @@ class ReplayEngine(KeyedEngine):
             )
 
     def load(self, state: Any, step: int) -> None:
-        self.cursor.restore(state[S.K_EPOCH], state[S.K_POSITION], state[S.K_EXHAUSTED], 0, step)
+        exhausted = state[S.K_EXHAUSTED]
+        position = _ENDED if exhausted else state[S.K_POSITION]
+        self.cursor.restore(state[S.K_EPOCH], position, exhausted, 0, step)
         self._forward_epoch()
