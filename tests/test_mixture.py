@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import seekdata
 from seekdata import _mixtree, rng
 from seekdata.testing import assert_exact_resume
+from seekdata.tools.inspection import fingerprint
 from seekdata.wds import TarShards
 from tests.test_wds import write_shards
 
@@ -446,3 +447,27 @@ def test_the_loader_skips_its_reseed_only_where_the_mixture_reseeds_first(num_wo
     for p, first in enumerate(firsts):  # the loader's default order is sequential here
         _, numpy_seed, _ = rng.global_seeds(3, 0, np.array([p])).tolist()[0]
         assert first == np.random.RandomState(numpy_seed).random_sample()
+
+
+def test_a_state_from_another_mixture_is_refused_not_continued() -> None:
+    """The loader's state names the mixture's stream (sources, exact weights, seed, ...), so
+    resuming with other weights (the same length) does not silently continue another stream."""
+    loader = seekdata.StatefulDataLoader(mix3(), batch_size=4)
+    next(iter(loader))
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["dataset"].startswith("Mixture(K=3, length=52, seed=0, ")
+    same = seekdata.StatefulDataLoader(mix3(), batch_size=4)
+    same.load_state_dict(state)  # the same mixture, built anew: accepted
+    sources = mix3().datasets
+    other = seekdata.Mixture(sources, [Fraction(1, 3)] * 3)  # same sources and length
+    for dataset in (other, mix3(seed=1), torch.utils.data.ConcatDataset(sources)):
+        assert len(dataset) == 52
+        with pytest.raises(seekdata.StateMismatchError, match="dataset is 'Mixture") as e:
+            seekdata.StatefulDataLoader(dataset, batch_size=4).load_state_dict(state)
+        assert "the same sources, weights and seed" in str(e.value)
+    with pytest.warns(UserWarning, match="strict=False: continuing"):
+        seekdata.StatefulDataLoader(other, batch_size=4).load_state_dict(state, strict=False)
+    reweighted = seekdata.StatefulDataLoader(other, batch_size=4).state_dict()
+    assert fingerprint(reweighted) != fingerprint(state)  # other weights, another stream
+    del state["dataset"]  # a state from before the field: nothing to compare
+    seekdata.StatefulDataLoader(mix3(), batch_size=4).load_state_dict(state)

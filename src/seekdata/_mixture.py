@@ -26,6 +26,7 @@ any weights; docs/mixtures.md). The source pattern is the same every epoch; samp
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from collections.abc import Sequence, Sized
@@ -106,6 +107,16 @@ class Mixture(torch.utils.data.Dataset):
 
     #: Read by :class:`seekdata.DistributedSampler`: shuffling positions again is refused.
     shuffles_itself = True
+
+    @property
+    def stream_signature(self) -> str:
+        """What decides the stream, for a loader's state: the sources' lengths and ids, the
+        exact weights, seed, order, window and length (hashed: K = 1,000 weights are long).
+        A state saved over another mixture is refused at ``load_state_dict``."""
+        spec = repr((self.sizes, self.source_ids, self._a, self.seed, self.order, self.window,
+                     self.length, self.reseed_global_rng))  # fmt: skip
+        digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
+        return f"Mixture(K={len(self.datasets)}, length={self.length}, seed={self.seed}, {digest})"
 
     @property
     def reseeds_global_rng_itself(self) -> bool:

@@ -56,6 +56,10 @@ K_STEP = "step"
 #: Loader only, written when not empty: global-step ranges ``[start, stop)`` the loader skips
 #: (``loader.skip_steps``), sorted and disjoint; a global step is epoch × len(loader) + step.
 K_SKIPS = "skips"
+#: Loader only, written when the dataset defines its own stream (its ``stream_signature``, e.g.
+#: a :class:`seekdata.Mixture`: sources, weights, seed): a state from another mixture of the
+#: same length is refused instead of continuing another stream. Absent otherwise.
+K_DATASET = "dataset"
 
 
 class StateMismatchError(ValueError):
@@ -80,6 +84,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     K_STEP: int,
     K_ORIGIN: int,
     K_SKIPS: list,
+    K_DATASET: str,
 }
 
 _FIX = {
@@ -92,6 +97,8 @@ _FIX = {
     K_BATCH_DROP_LAST: "pass drop_last={old} to the loader, or strict=False",
     K_SAMPLE_SEED: "pass seed={old} to the loader, or strict=False",
     K_KIND: "load a {old} state into a {old}",
+    K_DATASET: "build the dataset the checkpoint was saved with (the same sources, weights and "
+    "seed), or strict=False to continue this dataset's stream from the cursor",
 }
 
 

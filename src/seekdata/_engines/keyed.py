@@ -181,6 +181,11 @@ class KeyedEngine:
             S.K_SAMPLE_SEED: seed,
         }
 
+    def signature(self) -> str | None:
+        """The dataset's ``stream_signature`` (a :class:`seekdata.Mixture`'s), if it has one."""
+        sig = getattr(self.keyed.dataset, "stream_signature", None)
+        return sig if isinstance(sig, str) else None
+
     def state_dict(self) -> dict[str, Any]:
         if not self.loader.in_order:
             raise ValueError(
@@ -197,6 +202,7 @@ class KeyedEngine:
             S.K_WORLD_SIZE: self.world_size(),
             S.K_ORIGIN: self.cursor.origin_field(),
             **({S.K_SKIPS: [list(p) for p in self.cursor.skips]} if self.cursor.skips else {}),
+            **({S.K_DATASET: sig} if (sig := self.signature()) is not None else {}),
         }
 
     def load_state_dict(self, state: Any, strict: bool) -> None:
@@ -206,6 +212,8 @@ class KeyedEngine:
         )
         expected = {S.K_KIND: "loader", **self.fields(seed)}
         expected[S.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
+        if isinstance(state, dict) and S.K_DATASET in state:  # saved over a Mixture: the same?
+            expected[S.K_DATASET] = self.signature()
         if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
             stream = self.fields(seed)
             expected = {S.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}

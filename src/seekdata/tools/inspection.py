@@ -45,8 +45,9 @@ def fingerprint(state: Mapping[str, Any]) -> str:
     """A short hash of the fields that define ``state``'s stream (12 hex digits).
 
     Two states with the same fingerprint continue the same sample stream: n, seed, order,
-    shuffle, drop_last, and for a loader batch_size, batch_drop_last and sample_seed. The
-    cursor (epoch, position, step) and world size are left out.
+    shuffle, drop_last, and for a loader batch_size, batch_drop_last, sample_seed and, over a
+    Mixture, its ``dataset`` signature. The cursor (epoch, position, step) and world size are
+    left out.
     """
     if not isinstance(state, Mapping):
         raise TypeError(
@@ -54,9 +55,10 @@ def fingerprint(state: Mapping[str, Any]) -> str:
             f"pass the seekdata state itself"
         )
     fields = STREAM_FIELDS + (LOADER_STREAM_FIELDS if state.get(S.K_KIND) == "loader" else ())
-    canonical = json.dumps(
-        {key: state.get(key) for key in fields}, sort_keys=True, separators=(",", ":"), default=repr
-    )
+    chosen = {key: state.get(key) for key in fields}
+    if S.K_DATASET in state:  # a Mixture's signature: only where present (older digests hold)
+        chosen[S.K_DATASET] = state[S.K_DATASET]
+    canonical = json.dumps(chosen, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
