@@ -19,7 +19,7 @@ from seekdata import _globalrng, rng
 from seekdata._engines import Engine
 from seekdata._engines.iterable import IterableEngine
 from seekdata._engines.replay import ReplayEngine
-from seekdata._engines.seekable import SeekableEngine
+from seekdata._engines.seekable import BatchIndices, SeekableEngine
 from seekdata._seed import default_seed
 from seekdata._torch_api import FORWARDED, FROZEN, check_torch_args
 from seekdata.sampler import DistributedSampler, check_bool, dataset_length
@@ -74,6 +74,11 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         snapshot_every_n_steps: int | None = 1,
     ) -> None:
         where = "StatefulDataLoader"
+        reshard = batch_sampler.reshard if isinstance(batch_sampler, BatchIndices) else None
+        if reshard is not None:  # Lightning's DDP rebuilt us around our own sampler
+            reshard.sampler.reshard(reshard.world, reshard.rank)  # a global cursor: it stays
+            sampler, batch_sampler, shuffle = reshard.sampler, None, None
+            batch_size, drop_last = reshard.batch_size, reshard.drop_last
         prefetch_factor = check_torch_args(
             dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, drop_last,
             timeout, prefetch_factor, persistent_workers,
@@ -82,6 +87,8 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             batch_size, drop_last = None, False  # torch's rule: the batch sampler decides both
         self.dataset = dataset
         seed_explicit = seed is not None  # else the checkpoint's seed wins at load
+        if reshard is not None:  # as the loader it rebuilds: its seed, chosen or not
+            seed, seed_explicit = reshard.seed, reshard.seed_explicit
         if seed is None:
             self.seed = default_seed(generator, where)
             generator = None  # used: it decided the seed
@@ -171,8 +178,10 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             self._initialized = True
             return
         n = dataset_length(dataset, where)
-        owns_sampler = sampler is None and batch_sampler is None
-        if owns_sampler:
+        owns_sampler = (sampler is None and batch_sampler is None) or (
+            reshard is not None and reshard.owns_sampler
+        )
+        if owns_sampler and sampler is None:
             sampler = DistributedSampler(dataset, 1, 0, shuffle=bool(shuffle), seed=self.seed)
         if collate_fn is None:
             collate_fn = (

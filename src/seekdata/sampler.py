@@ -91,6 +91,9 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         )
         self.cursor = Cursor(self.n)
         self._shard(self.num_replicas, self.rank)
+        # set by a loader that owns a view of this sampler: (owns it, seed explicit, seed), for
+        # a framework that rebuilds the loader from its batch sampler (Lightning's DDP)
+        self._seekdata_view: tuple[bool, bool, int] | None = None
 
     def _shard(self, num_replicas: int, rank: int) -> None:
         self.num_replicas, self.rank = num_replicas, rank

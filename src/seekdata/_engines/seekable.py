@@ -66,10 +66,26 @@ class BatchIndices(torch.utils.data.BatchSampler):
     Frameworks rebuild loaders from it; the rebuilt loader gets the right indices but fetches
     them without seekdata's per-sample randomness, so accelerate's rebuilds are refused (see
     :mod:`seekdata.integrations.accelerate`).
+
+    Lightning's DDP rebuilds it as torch's ``BatchSampler`` API says, ``BatchIndices(sampler,
+    batch_size=, drop_last=)``, around a ``DistributedSamplerWrapper`` of our sampler, then
+    builds a new loader with it: that instance is a *reshard request* (:attr:`reshard`), which
+    :class:`seekdata.StatefulDataLoader` turns back into the same seekable stream on this rank.
     """
 
-    def __init__(self, engine: SeekableEngine, sampler: DistributedSampler) -> None:
-        super().__init__(sampler, engine.batch_size or 1, engine.drop_last)
+    def __init__(
+        self,
+        sampler: Any,
+        batch_size: int,
+        drop_last: bool,
+        *,
+        engine: SeekableEngine | None = None,
+    ) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        self.reshard: Reshard | None = None
+        if engine is None:  # a framework's rebuild around its distributed sampler
+            self.reshard = Reshard.of(sampler, batch_size, drop_last)
+            return
         self._engine = weakref.proxy(engine)
         self._seeker = sampler
 
@@ -83,7 +99,56 @@ class BatchIndices(torch.utils.data.BatchSampler):
         return (list(key.indices) for key in self._engine.keys(plan))
 
     def __len__(self) -> int:
+        if self.reshard is not None:
+            return len(self.reshard.sampler) // self.batch_size  # not iterated: see reshard
         return int(self._engine.full_len())
+
+
+class Reshard(NamedTuple):
+    """A framework asked for our sampler on ``rank`` of ``world`` ranks (Lightning's DDP
+    sampler injection); the rest is the original loader's."""
+
+    sampler: DistributedSampler
+    world: int
+    rank: int
+    batch_size: int
+    drop_last: bool
+    owns_sampler: bool
+    seed_explicit: bool
+    seed: int
+
+    @staticmethod
+    def of(wrapper: Any, batch_size: int, drop_last: bool) -> Reshard:
+        # Lightning's DistributedSamplerWrapper keeps the sampler it shards as dataset._sampler
+        inner = getattr(getattr(wrapper, "dataset", None), "_sampler", None)
+        view = getattr(inner, "_seekdata_view", None)
+        ours = isinstance(inner, DistributedSampler) and view is not None
+        if not isinstance(wrapper, torch.utils.data.DistributedSampler) or not ours:
+            raise TypeError(
+                f"BatchIndices: a rebuilt seekdata batch sampler must wrap the loader's own "
+                f"seekdata.DistributedSampler (Lightning's DDP sampler injection does); got "
+                f"{type(wrapper).__name__}; pass Trainer(use_distributed_sampler=False) and "
+                f"sampler=seekdata.DistributedSampler(dataset, num_replicas=..., rank=...), or "
+                f"let the framework rebuild the loader from loader.sampler"
+            )
+        if type(wrapper).__name__.startswith("Unrepeated"):  # Lightning's predict: no padding
+            raise TypeError(
+                f"BatchIndices: {type(wrapper).__name__} shards without padding (Lightning's "
+                f"predict), which a seekdata cursor shared by ranks does not do; predict with a "
+                f"torch DataLoader, or pass Trainer(use_distributed_sampler=False) and a "
+                f"seekdata.DistributedSampler(dataset, num_replicas=..., rank=...)"
+            )
+        owns, explicit, seed = view  # type: ignore[misc]  # checked: ours
+        return Reshard(
+            inner,  # type: ignore[arg-type]  # checked: ours
+            wrapper.num_replicas,
+            wrapper.rank,
+            batch_size,
+            drop_last,
+            owns,
+            explicit,
+            seed,
+        )
 
 
 class SeekableEngine(KeyedEngine):
@@ -97,7 +162,7 @@ class SeekableEngine(KeyedEngine):
         self.b = self.batch_size or 1
         self.epoch, self.start, self.step0 = 0, 0, 0
         # torch's rule: batch_size=None means no batch sampler
-        self.batch_sampler = None if self.batch_size is None else BatchIndices(self, sampler)
+        self.batch_sampler = None if self.batch_size is None else self._view(sampler)
 
     def _resized(self) -> DistributedSampler | None:
         """torch's default samplers read len(dataset) at every iter() and len(); the loader's
@@ -122,8 +187,14 @@ class SeekableEngine(KeyedEngine):
                 )
             self.sampler, self.cursor = resized, resized.cursor
             if self.batch_sampler is not None:
-                self.batch_sampler = BatchIndices(self, resized)
+                self.batch_sampler = self._view(resized)
         return super().iterate(place)
+
+    def _view(self, sampler: DistributedSampler) -> BatchIndices:
+        # a rebuild by Lightning's DDP reaches the sampler only: it carries what the loader
+        # needs to rebuild this stream (Reshard.of)
+        sampler._seekdata_view = (self.owns_sampler, self.seed_explicit, self.seed)
+        return BatchIndices(sampler, self.b, self.drop_last, engine=self)
 
     def full_len(self) -> int:
         sampler = self._resized() or self.sampler
