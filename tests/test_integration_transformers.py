@@ -1,13 +1,16 @@
 """HF Trainer through seekdata.integrations.transformers: train(resume_from_checkpoint=...) in a
-fresh process is bit-identical to the uninterrupted run, mid-epoch and at an epoch's end."""
+fresh process is bit-identical to the uninterrupted run, mid-epoch and at an epoch's end; and
+under DDP with two gloo ranks."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests._ckpt_launch import gloo_job
 from tests._fresh import run_fresh
 
 pytest.importorskip("transformers")
@@ -98,3 +101,29 @@ def test_the_trainers_skip_reads_no_data_and_checks_the_cursor() -> None:
     assert Counting.fetched == 3 * 4  # the three batches left, nothing skipped was read
     with pytest.raises(seekdata.StateMismatchError, match="resumes at batch 3 of the epoch"):
         list(accelerate.skip_first_batches(_TrainerLoader(loader()), 3))
+
+
+@pytest.mark.slow
+def test_ddp_two_ranks_resume_from_checkpoint_exactly(tmp_path: Path) -> None:
+    """The Trainer under DDP (2 gloo ranks): resumed from a mid-epoch checkpoint in fresh
+    processes, every rank repeats every later batch, loss and the final parameters; each epoch
+    is split between the ranks, none lost or repeated."""
+    results = {}
+    for phase, checkpoint in (("full", "none"), ("resume", "full/run/checkpoint-2")):
+        (tmp_path / phase).mkdir()
+        ckpt = str(tmp_path / checkpoint) if checkpoint != "none" else "none"
+        with gloo_job("_transformers_ddp_worker.py", tmp_path, phase, ckpt) as job:
+            for p in job.procs:
+                p.wait(timeout=180)
+            assert all(p.returncode == 0 for p in job.procs), job.logs()
+        results[phase] = [
+            json.loads((tmp_path / phase / f"result{r}.json").read_text()) for r in range(2)
+        ]
+    full, resumed = results["full"], results["resume"]
+    for rank in range(2):
+        assert resumed[rank]["seen"] == full[rank]["seen"][2:]
+        assert resumed[rank]["losses"] == full[rank]["losses"][2:]
+        assert resumed[rank]["params"] == full[rank]["params"]
+    for first in (0, 3):  # 3 steps an epoch
+        epoch = [i for r in range(2) for batch in full[r]["seen"][first : first + 3] for i in batch]
+        assert sorted(epoch) == list(range(24))

@@ -1,0 +1,90 @@
+"""HF Trainer under DDP (2 gloo ranks, CPU), for tests/test_integration_transformers.py.
+
+``python _transformers_ddp_worker.py <tmp> <phase> <checkpoint|none>``, started once per rank by
+``tests._ckpt_launch.gloo_job`` (RANK, WORLD_SIZE, MASTER_ADDR set): two epochs of 24 samples,
+4 a rank per step (3 steps an epoch), a checkpoint every 2 steps under ``<tmp>/full/run``,
+through ``seekdata.integrations.transformers.Trainer``. Each rank writes
+``<tmp>/<phase>/result<rank>.json``: the dataset indices of every batch it trained on, each
+step's exact loss and the final parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from transformers import TrainingArguments
+
+import seekdata
+from seekdata.integrations.transformers import Trainer
+
+
+class Indexed(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        x = torch.full((4,), i / 24) + 0.1 * torch.randn(4)  # augmentation via global RNG
+        return {"x": x, "labels": torch.tensor(float(i))}
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.drop, self.b = (
+            torch.nn.Linear(4, 16),
+            torch.nn.Dropout(0.5),
+            torch.nn.Linear(16, 1),
+        )
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = self.b(self.drop(self.a(x))).squeeze(-1)
+        return {"loss": (out - labels / 24).square().mean()}
+
+
+class Recording(Trainer):
+    seen: ClassVar[list[list[int]]] = []
+    losses: ClassVar[list[str]] = []
+
+    def training_step(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        self.seen.append([int(v) for v in inputs["labels"].tolist()])
+        loss = super().training_step(model, inputs, *args, **kwargs)
+        self.losses.append(loss.item().hex())
+        return loss
+
+
+def main() -> None:
+    tmp, phase, checkpoint = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    torch.manual_seed(0)
+    args = TrainingArguments(
+        output_dir=str(tmp / phase / "run"),
+        per_device_train_batch_size=4,
+        num_train_epochs=2,
+        learning_rate=0.05,
+        save_strategy="steps",
+        save_steps=2,
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        ddp_backend="gloo",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = Recording(model=Net(), args=args, train_dataset=Indexed())
+    trainer.train(resume_from_checkpoint=None if checkpoint == "none" else checkpoint)
+    rank = int(os.environ["RANK"])
+    params = [v.hex() for p in trainer.model.parameters() for v in p.detach().flatten().tolist()]
+    result = {"seen": trainer.seen, "losses": trainer.losses, "params": params}
+    (tmp / phase / f"result{rank}.json").write_text(json.dumps(result))
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    seekdata._dist.exit_finished_rank()
+
+
+if __name__ == "__main__":
+    main()
