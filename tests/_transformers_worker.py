@@ -1,6 +1,7 @@
 """A small HF Trainer run for tests/test_integration_transformers.py, in a fresh process.
 
-``python _transformers_worker.py <out.json> <output_dir> <num_workers> <checkpoint|none> <ga>``
+``python _transformers_worker.py <out.json> <output_dir> <num_workers> <checkpoint|none> <ga>
+[persistent]``
 trains a plain Dropout module with random augmentation in ``__getitem__`` (global RNG) for two
 epochs of 6 batches (``ga`` batches an optimizer step), saving a checkpoint every 3 optimizer
 steps (every step when ``ga`` > 1), through
@@ -57,6 +58,7 @@ class Recording(Trainer):
 
 def main() -> None:
     out, output_dir, workers, checkpoint, ga = sys.argv[1:6]
+    persistent = "persistent" in sys.argv[6:]
     torch.manual_seed(0)
     args = TrainingArguments(
         output_dir=output_dir,
@@ -70,6 +72,7 @@ def main() -> None:
         report_to=[],
         use_cpu=True,
         dataloader_num_workers=int(workers),
+        dataloader_persistent_workers=persistent,
         seed=0,
         disable_tqdm=True,
     )

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -12,8 +16,9 @@ from typing import Any
 import pytest
 import torch
 
+from seekdata import preemption as preemption_module
 from seekdata.checkpoint import CheckpointManager
-from seekdata.preemption import PreemptionHandler, worker_signals
+from seekdata.preemption import PreemptionHandler, WorkerSignals, worker_signals
 from tests._ckpt_launch import gloo_job
 
 
@@ -188,10 +193,6 @@ class _IterablePids(torch.utils.data.IterableDataset):
         return ((i, os.getpid()) for i in range(start, 64, step))
 
 
-def _worker_init(worker_id: int) -> None:
-    worker_signals()
-
-
 @pytest.mark.parametrize(
     ("sig", "options", "handler_first"),
     [
@@ -219,7 +220,7 @@ def test_loader_workers_outlive_the_notice_and_the_epoch_completes(
             batch_size=4,
             num_workers=2,
             multiprocessing_context="spawn",
-            worker_init_fn=_worker_init,
+            worker_init_fn=WorkerSignals(),
         )
     else:
         loader = StatefulDataLoader(dataset, batch_size=4, num_workers=2, **options)
@@ -233,8 +234,8 @@ def test_loader_workers_outlive_the_notice_and_the_epoch_completes(
                 if step == 1:
                     workers = set(pid.tolist()) - {os.getpid()}
                     assert workers  # a worker loaded this batch
-                    for worker in workers:
-                        os.kill(worker, sig)  # what SLURM sends every process of the step
+                    # what SLURM sends every process of the step, from outside the job
+                    send_from_outside(sig, *workers)
                     os.kill(os.getpid(), sig)
             assert preemption.received == sig and preemption.should_stop()
             assert sorted(seen) == list(range(64))  # no worker died, no batch was lost
@@ -244,23 +245,71 @@ def test_loader_workers_outlive_the_notice_and_the_epoch_completes(
         signal.signal(signal.SIGTERM, before)
 
 
+def send_from_outside(sig: signal.Signals, *pids: int) -> None:
+    """Send ``sig`` from another process (SLURM's slurmstepd, a shell's kill), not the parent."""
+    code = "import os, sys; [os.kill(int(p), int(sys.argv[1])) for p in sys.argv[2:]]"
+    subprocess.run([sys.executable, "-c", code, str(int(sig)), *map(str, pids)], check=True)
+
+
+def _forked_worker(exiting: Any, inherit: bool = True) -> tuple[int, int]:
+    """Fork a child that runs worker_signals(exiting) and reports on a pipe each notice it
+    ignored; returns (pid, read end). ``inherit=False``: the child did not inherit this
+    process's exit flag (as a spawned worker)."""
+    preemption_module.exit_flag()  # what the child inherits unless told not to
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12+ warns about fork with threads
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            if not inherit:
+                preemption_module._flag_pid = None
+            worker_signals(exiting)
+            signal.raise_signal(signal.SIGUSR1)  # ignored
+            os.write(write, b"r")
+            reported = 0
+            while True:
+                if preemption_module._worker_sigterms > reported:
+                    reported += 1
+                    os.write(write, b"1")
+                time.sleep(0.001)
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"r"
+    return pid, read
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_a_second_sigterm_still_ends_a_worker() -> None:
-    """How torch and multiprocessing stop a worker that does not exit when asked."""
-    statuses = []
-    for count in (1, 2):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:
-            try:
-                worker_signals()
-                signal.raise_signal(signal.SIGUSR1)
-                for _ in range(count):
-                    signal.raise_signal(signal.SIGTERM)
-            finally:
-                os._exit(0)
-        statuses.append(os.waitpid(pid, 0)[1])
-    once, twice = statuses
-    assert os.WIFEXITED(once) and os.WEXITSTATUS(once) == 0
-    assert os.WIFSIGNALED(twice) and os.WTERMSIG(twice) == signal.SIGTERM
+def test_a_notice_is_ignored_once_and_a_second_ends_the_worker() -> None:
+    pid, read = _forked_worker(None)  # the inherited flag: not set
+    try:
+        send_from_outside(signal.SIGTERM, pid)
+        assert os.read(read, 1) == b"1"  # received, ignored: the worker lives on
+        send_from_outside(signal.SIGTERM, pid)
+        status = os.waitpid(pid, 0)[1]
+    finally:
+        os.close(read)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("flag", ["passed", "inherited", "none"])
+def test_sigterm_ends_the_worker_quietly_once_its_owner_exits(flag: str) -> None:
+    """How multiprocessing ends daemonic workers at exit (one SIGTERM, then join): status 0,
+    as torch's own workers give when their parent stops them (a signalled worker makes the
+    parent's SIGCHLD handler raise). Without a flag a worker cannot tell: SIGTERM ends it."""
+    passed = multiprocessing.RawValue("b", 0) if flag == "passed" else None
+    pid, read = _forked_worker(passed, inherit=flag == "inherited")
+    exiting = preemption_module.exit_flag() if flag == "inherited" else passed
+    try:
+        if exiting is not None:
+            exiting.value = 1  # what the owner's atexit hook does (preemption.exit_flag)
+        os.kill(pid, signal.SIGTERM)
+        status = os.waitpid(pid, 0)[1]
+    finally:
+        os.close(read)
+        if exiting is not None:
+            exiting.value = 0  # this process goes on: its workers must not think it exits
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -197,14 +197,16 @@ class Collate:
 
 class WorkerInit:
     """Worker start-up: outlive a preemption notice (SLURM signals every process of a job step;
-    it is the trainer's to handle, see seekdata.preemption.worker_signals), then run the
-    user's function."""
+    it is the trainer's to handle, see seekdata.preemption.worker_signals) while obeying the
+    loader's process when it exits (``exiting``: its exit flag, which the engine sets before it
+    starts workers), then run the user's function."""
 
     def __init__(self, user_fn: Callable[[int], None] | None) -> None:
         self.user_fn = user_fn
+        self.exiting: Any = None  # preemption.exit_flag() of the process that starts workers
 
     def __call__(self, worker_id: int) -> None:
-        preemption.worker_signals()
+        preemption.worker_signals(self.exiting)
         info = torch.utils.data.get_worker_info()
         if info is not None and isinstance(info.dataset, KeyedDataset):
             # get_worker_info().dataset is the user's dataset (this worker's copy), as in torch;

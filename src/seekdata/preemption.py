@@ -2,11 +2,12 @@
 
 A SLURM time limit or preemption sends a signal (``SIGUSR1`` from ``--signal``, ``SIGTERM``
 at the end) to the processes of a job step, not necessarily all at once, DataLoader workers
-included: :func:`worker_signals` (run in every seekdata loader worker) keeps the workers alive,
-so the main process decides. :class:`PreemptionHandler`'s signal handler only sets a flag;
-:meth:`PreemptionHandler.should_stop`, called by every rank at a step boundary, agrees with an
-``all_reduce(MAX)`` of the flags, so all ranks see the same answer at the same step,
-checkpoint that step and exit cleanly::
+included: :func:`worker_signals` (run in every seekdata loader worker) keeps the workers alive
+through such a notice, while their own process can still end them, so the main process
+decides, and exits as it would without seekdata. :class:`PreemptionHandler`'s signal handler
+only sets a flag; :meth:`PreemptionHandler.should_stop`, called by every rank at a step
+boundary, agrees with an ``all_reduce(MAX)`` of the flags, so all ranks see the same answer at
+the same step, checkpoint that step and exit cleanly::
 
     with seekdata.PreemptionHandler() as preemption:
         for step in range(start, total):
@@ -18,60 +19,144 @@ checkpoint that step and exit cleanly::
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
 import torch
-import torch.utils.data
 
 from seekdata import _dist
 
-__all__ = ["PreemptionHandler", "worker_signals"]
+__all__ = ["PreemptionHandler", "WorkerSignals", "exit_flag", "starting_workers", "worker_signals"]
 
 _UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 # In processes forked from the installing one that are not DataLoader workers these keep their
 # previous disposition, so that a parent can still stop its children; other signals are
 # ignored there, so a preemption notice sent to every process of a job step does not kill them.
 _STOPPING = {signal.SIGTERM, signal.SIGINT}
-_worker_sigterms = 0  # SIGTERMs this DataLoader worker has received (see worker_signals)
+# The notices a job step sends every process.
+_NOTICES = {signal.SIGTERM} | ({signal.SIGUSR1} if hasattr(signal, "SIGUSR1") else set())
+# Held while a loader starts its workers: the notices, and Ctrl-C, which CPython drops when it
+# lands in an at-fork hook ("Exception ignored in: _releaseLock"), so the script runs on.
+_HELD = _NOTICES | {signal.SIGINT}
+_worker_sigterms = 0  # notices (SIGTERMs) this worker has received and ignored
+_worker_exiting: Any = None  # in a worker: its owner's exit flag (see worker_signals)
+_flag: Any = None  # in an owner: the flag its workers read, 1 once this process exits
+_flag_pid: int | None = None  # the process that created _flag (a forked child makes its own)
+
+
+def exit_flag() -> Any:
+    """This process's exit flag: a byte of shared memory that its DataLoader workers read, set
+    to 1 when the process exits (an ``atexit`` hook that runs before ``multiprocessing`` ends
+    its daemonic children). Created on first use; it pickles into spawned workers."""
+    global _flag, _flag_pid
+    if _flag_pid != os.getpid():
+        _flag = multiprocessing.RawValue("b", 0)
+        _flag_pid = os.getpid()
+        # registered after multiprocessing's own exit hook (imported with torch), so it runs
+        # first: atexit runs its hooks last in, first out
+        atexit.register(_exiting, _flag, _flag_pid)
+    return _flag
+
+
+def _exiting(flag: Any, pid: int) -> None:
+    if os.getpid() == pid:  # not in a child that inherited the hook through os.fork
+        flag.value = 1
+
+
+@contextmanager
+def starting_workers() -> Iterator[None]:
+    """Hold the preemption notices and Ctrl-C in this thread while a loader starts its workers
+    (and create this process's :func:`exit_flag`, which they read).
+
+    A worker forked in between inherits the blocked signals, so a notice that reaches it
+    before :func:`worker_signals` runs waits until its handler is installed instead of ending
+    it. (A ``spawn`` or ``forkserver`` worker starts with them unblocked: ``multiprocessing``
+    unblocks ``SIGTERM`` and ``SIGINT`` to start its resource tracker.) This thread receives
+    what arrived meanwhile as soon as the block ends: a Ctrl-C during a fork raises
+    ``KeyboardInterrupt`` here instead of vanishing in CPython's at-fork hooks."""
+    exit_flag()
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _worker_handle(signum: int, frame: FrameType | None) -> None:
-    """A DataLoader worker's SIGTERM/SIGUSR1 handler: the first SIGTERM is ignored, a second
-    ends the worker as SIGTERM would; SIGUSR1 is ignored."""
+    """A worker's SIGTERM handler (SIGUSR1 is ignored): see :func:`worker_signals`."""
     global _worker_sigterms
-    if signum != signal.SIGTERM:
-        return
+    flag = _worker_exiting
+    if flag is None or flag.value:  # its owner is exiting, or no owner can say so
+        os._exit(0)  # quietly, as torch's workers end when their parent stops them
     _worker_sigterms += 1
     if _worker_sigterms >= 2:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def worker_signals() -> None:
-    """Make this DataLoader worker outlive a preemption notice; seekdata's loaders call it first
-    thing in every worker (their ``worker_init_fn``).
+def worker_signals(exiting: Any = None) -> None:
+    """Make this DataLoader worker outlive a preemption notice, yet end when its owner exits;
+    seekdata's loaders call it first thing in every worker (their ``worker_init_fn``).
 
     SLURM signals every process of a job step, workers included: ``SIGUSR1`` from ``--signal``
     (whose default action ends a process) and ``SIGTERM`` at the time limit. A worker that dies
     makes its rank raise "DataLoader worker ... killed by signal" before the loop reaches
     :meth:`PreemptionHandler.should_stop`, so no checkpoint is written. The trainer (the main
-    process) decides; a worker ends when the main process shuts its loader down, or on its own
-    once the main process is gone (torch's watchdog). A *second* ``SIGTERM`` still ends a
-    worker: that is how torch and multiprocessing stop a worker that does not exit when asked,
-    so a stuck worker can never hang the main process's exit.
+    process, the worker's owner) decides:
+
+    - ``SIGUSR1`` is ignored;
+    - ``SIGTERM`` ends the worker at once, with status 0 as torch's own workers do, once the
+      owner is exiting: ``multiprocessing`` ends every daemonic worker with one ``SIGTERM``
+      when the main process exits, however it exits (the end of the script, an exception,
+      ``sys.exit``, Ctrl-C), and the owner's :func:`exit_flag` says so first;
+    - any other ``SIGTERM`` is a notice: the first is ignored, a second ends the worker.
+      SLURM sends one, then ``SIGKILL`` after ``KillWait``.
+
+    ``exiting`` is the owner's :func:`exit_flag`; by default the one this worker inherited
+    through ``fork`` from its owner (which :class:`PreemptionHandler` and seekdata's loaders
+    create). A worker with no flag at all (spawned, with none passed) cannot tell an exit from
+    a notice and keeps ``SIGTERM``'s meaning: it ends. :class:`WorkerSignals` passes the flag
+    with every start method.
     """
+    global _worker_exiting
+    if exiting is None and _flag_pid is not None and _flag_pid == os.getppid():
+        exiting = _flag  # inherited through fork from the owner
+    _worker_exiting = exiting
     if hasattr(signal, "SIGUSR1"):
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a pending one is discarded
     signal.signal(signal.SIGTERM, _worker_handle)
+    if hasattr(signal, "pthread_sigmask"):  # what was held since the fork arrives now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
 
 
-def _in_loader_worker() -> bool:
-    return torch.utils.data.get_worker_info() is not None
+class WorkerSignals:
+    """A ``worker_init_fn`` for a torch ``DataLoader`` of your own: its workers outlive a
+    preemption notice and end when this process exits (:func:`worker_signals`), with any start
+    method; then ``worker_init_fn(worker_id)`` runs, if given. Build it in the main process::
+
+        loader = torch.utils.data.DataLoader(
+            dataset, num_workers=4, worker_init_fn=seekdata.preemption.WorkerSignals()
+        )
+    """
+
+    def __init__(self, worker_init_fn: Callable[[int], None] | None = None) -> None:
+        self.worker_init_fn = worker_init_fn
+        self.exiting = exit_flag()
+
+    def __call__(self, worker_id: int) -> None:
+        worker_signals(self.exiting)
+        if self.worker_init_fn is not None:
+            self.worker_init_fn(worker_id)
 
 
 def _check_signals(signals: Any) -> tuple[signal.Signals, ...]:
@@ -132,6 +217,7 @@ class PreemptionHandler:
         self._received: signal.Signals | None = None
         self._stop = False
         self._pid = os.getpid()
+        exit_flag()  # inherited by the workers forked from now on (worker_signals)
         self._previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError(
@@ -152,9 +238,11 @@ class PreemptionHandler:
             if self._received is None:
                 self._received = sig
             return
-        if _in_loader_worker():  # forked before its worker_init_fn ran, or not one of ours
-            _worker_handle(signum, frame)
-        elif sig in _STOPPING:  # another forked child: behave as it would have without us
+        # A forked child, a torch loader's worker included (seekdata's workers never run this:
+        # worker_signals replaced it before any notice could reach them): SIGUSR1 is ignored;
+        # SIGTERM and SIGINT do what they did without us, since nothing here tells a parent
+        # stopping its child from a notice sent to the whole job step.
+        if sig in _STOPPING:
             previous = self._previous.get(sig, signal.SIG_DFL)
             if callable(previous):
                 previous(signum, frame)

@@ -49,13 +49,14 @@ class WorkerSeeder:
     ) -> None:
         self.seed, self.rank, self.user_fn, self.epoch = seed, rank, user_fn, 0
         self.names = names  # the generators to seed (reseed_global_rng)
+        self.exiting: Any = None  # the loader's process's exit flag (worker_signals)
 
     def seed_globals(self, worker: int) -> None:
         words = rng.derive_key(self.seed, _WORKER_TAG, self.epoch, self.rank, worker, words=3)
         rng.seed_globals((words[0], words[1] >> 32, words[2]), self.names)
 
     def __call__(self, worker_id: int) -> None:
-        preemption.worker_signals()  # outlive a preemption notice, as WorkerInit does
+        preemption.worker_signals(self.exiting)  # outlive a preemption notice, as WorkerInit does
         self.seed_globals(worker_id)
         if self.user_fn is not None:
             self.user_fn(worker_id)
@@ -165,7 +166,9 @@ class IterableEngine:
                 )
             with self._scope():
                 if inner is None:
-                    inner = iter(self.engine)
+                    with preemption.starting_workers():
+                        self.seeder.exiting = preemption.exit_flag()
+                        inner = iter(self.engine)
                 batch = next(inner, end)
             if batch is end:
                 self.cursor.finish()

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch.utils.data
 
-from seekdata import rng
+from seekdata import preemption, rng
 from seekdata import state as S
 from seekdata._cursor import Cursor
 from seekdata._fetch import BatchKey, Collate, KeyedDataset, WorkerInit
@@ -261,7 +261,9 @@ class _LoaderIter:
         if loader.num_workers == 0 and not loader.pin_memory:
             self._engine_iter = _in_process(self._engine)
         else:
-            self._engine_iter = iter(loader)
+            with preemption.starting_workers():
+                loader.worker_init_fn.exiting = preemption.exit_flag()  # type: ignore[union-attr]
+                self._engine_iter = iter(loader)
         return self._engine_iter
 
     def __next__(self) -> Any:
