@@ -10,12 +10,14 @@ indices), in the worker. Every key and seed comes from :mod:`seekdata.rng` (rng.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch.utils.data
+from torch._utils import ExceptionWrapper
 
 from seekdata import _globalrng, preemption, rng
 
@@ -41,6 +43,38 @@ class _Fetched(list):
     saved: tuple[Any, Any, Any] | None = None
 
 
+class FailedBatch:
+    """A batch whose fetch or collation raised, carried to the loader as a value.
+
+    torch's iterator counts a batch whose fetch raised as consumed and goes on with the next at
+    the next ``next()``. Carrying the error as a value (instead of raising in the engine's
+    iterator) keeps that rule on every path — a generator that raises is finished, which ended
+    the epoch silently without workers — and lets the loader count the batch before it raises
+    the error for the caller (:meth:`raise_error`)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Any) -> None:
+        self.error = error  # the exception (main process), or torch's wrapper of it (a worker)
+
+    @staticmethod
+    def caught() -> FailedBatch:
+        """The exception being handled, as a value: as is in the main process; in a worker,
+        wrapped as torch wraps a worker's error (its traceback as text: it crosses a pipe)."""
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return FailedBatch(sys.exc_info()[1])
+        # torch's own wrapper (private, stable since torch 1.0): the error torch's iterator
+        # would raise for this worker, "Caught X in DataLoader worker process N" and the trace
+        return FailedBatch(ExceptionWrapper(where=f"in DataLoader worker process {info.id}"))
+
+    def raise_error(self) -> NoReturn:
+        if isinstance(self.error, BaseException):
+            raise self.error
+        self.error.reraise()
+        raise AssertionError("unreachable: reraise() raises")  # pragma: no cover
+
+
 class KeyedDataset(torch.utils.data.Dataset):
     """Wraps a map-style dataset so that each fetch runs under the sample's counters."""
 
@@ -56,9 +90,12 @@ class KeyedDataset(torch.utils.data.Dataset):
     def __getitem__(self, key: Any) -> Any:  # batch_size=None: one key per "batch"
         if not isinstance(key, BatchKey):
             return self.dataset[key]
-        if not isinstance(key.indices[0], int | np.integer):
-            return self._fetch_bulk(key)
-        fetched = self.__getitems__(key)
+        try:
+            if not isinstance(key.indices[0], int | np.integer):
+                return self._fetch_bulk(key)
+            fetched = self._fetch(key)
+        except Exception:
+            return FailedBatch.caught()
         if fetched.saved is not None:  # no keyed collate follows a single sample
             rng.restore_globals(fetched.saved)
         return fetched[0]
@@ -78,7 +115,14 @@ class KeyedDataset(torch.utils.data.Dataset):
             if saved is not None:
                 _globalrng.restore(saved)
 
-    def __getitems__(self, key: BatchKey) -> _Fetched:
+    def __getitems__(self, key: BatchKey) -> _Fetched | FailedBatch:
+        """The samples of ``key`` (torch's fetcher calls this with the batch sampler's item)."""
+        try:
+            return self._fetch(key)
+        except Exception:
+            return FailedBatch.caught()
+
+    def _fetch(self, key: BatchKey) -> _Fetched:
         reseed = self.reseed
         saved = None
         if reseed and torch.utils.data.get_worker_info() is None:
@@ -177,8 +221,13 @@ class Collate:
         self._reseed_batch = () if self._randomless and batch_transform is None else self.reseed
 
     def __call__(self, data: Sequence[Any]) -> Any:
+        if type(data) is FailedBatch:
+            return data
         if not isinstance(data, _Fetched):  # one sample (batch_size=None): nothing keyed
-            return self.collate_fn(data)  # type: ignore[arg-type]
+            try:
+                return self.collate_fn(data)  # type: ignore[arg-type]
+            except Exception:
+                return FailedBatch.caught()
         try:
             if self._reseed_batch:
                 _seed_globals_for_batch(self.seed, data.key, self._reseed_batch)
@@ -190,6 +239,8 @@ class Collate:
                 counters = rng.batch_counters(key.epoch, key.step, key.indices)
                 batch = self.batch_transform(batch, rng.numpy_generator(self.seed, *counters))
             return batch
+        except Exception:
+            return FailedBatch.caught()
         finally:
             if data.saved is not None:  # num_workers=0: the caller's global RNG, as it was
                 _globalrng.restore(data.saved)

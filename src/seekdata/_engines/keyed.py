@@ -17,7 +17,7 @@ import torch.utils.data
 from seekdata import preemption, rng
 from seekdata import state as S
 from seekdata._cursor import Cursor
-from seekdata._fetch import BatchKey, Collate, KeyedDataset, WorkerInit
+from seekdata._fetch import BatchKey, Collate, FailedBatch, KeyedDataset, WorkerInit
 from seekdata._seed import seed_to_adopt
 
 _ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker base seeds)
@@ -280,6 +280,8 @@ class _LoaderIter:
             raise
         self._k += 1
         self._engine.consumed(self._k)
+        if type(batch) is FailedBatch:  # consumed, as torch counts it; the next next() goes on
+            batch.raise_error()
         place = self._place
         return batch if place is None else place(batch)
 
@@ -304,7 +306,7 @@ def _in_process(engine: KeyedEngine) -> Iterator[Any]:
     the index and fetcher indirections: several µs a batch, most of the loader's own cost on
     a cheap sample). With workers or ``pin_memory``, torch's iterator runs as is."""
     loader = engine.loader
-    collate = loader.collate_fn
+    collate: Callable[[Any], Any] = loader.collate_fn  # our Collate: a FailedBatch passes
     keyed = engine.keyed
     fetch = keyed.__getitems__ if loader.batch_sampler is not None else keyed.__getitem__
     for key in engine.batches():
