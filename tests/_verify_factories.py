@@ -88,11 +88,20 @@ def slow() -> None:
     time.sleep(120)
 
 
+def _random_step(batch: dict[str, torch.Tensor], step: int) -> torch.Tensor:
+    return torch.rand(2)  # a model step drawing from global RNG (Dropout, noise)
+
+
 def unkeyed_step(num_workers: int = 0) -> tuple[seekdata.StatefulDataLoader, object]:
-    """Not resumable: the model step draws from global RNG without seeding it by the step."""
+    """Not resumable: the model step draws from global RNG, which nothing keys by the step
+    (the loader's step_rng is off)."""
     loader, _ = good(num_workers)
+    loader.step_rng = False
+    return loader, _random_step
 
-    def step_fn(batch: dict[str, torch.Tensor], step: int) -> torch.Tensor:
-        return torch.rand(2)
 
-    return loader, step_fn
+def loader_keyed_step(num_workers: int = 0) -> tuple[seekdata.StatefulDataLoader, object]:
+    """Resumable: the same model step, with the loader keying global RNG by the step (the
+    default)."""
+    loader, _ = good(num_workers)
+    return loader, _random_step

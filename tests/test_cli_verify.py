@@ -82,6 +82,11 @@ def test_an_unkeyed_model_step_is_caught(capsys: pytest.CaptureFixture[str]) -> 
     assert "at step 2 (epoch 1, batch 0): step_fn(batch, step): values differ" in out
 
 
+def test_a_model_step_is_keyed_by_the_loader_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(factory("loader_keyed_step"), "--stops", "2", "--steps-per-epoch-limit", "2") == 0
+    assert "PASS" in capsys.readouterr().out
+
+
 def test_a_time_seeded_loader_is_caught(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(factory("time_seeded"), "--stops", "1") == 1
     out = capsys.readouterr().out

@@ -16,7 +16,7 @@ from tests._datasets import GlobalRNGAug
 def _draws(reseed: object, num_workers: int = 0) -> list[dict[str, torch.Tensor]]:
     loader = seekdata.StatefulDataLoader(
         GlobalRNGAug(23), batch_size=4, shuffle=True, seed=5, num_workers=num_workers,
-        reseed_global_rng=reseed,
+        reseed_global_rng=reseed, step_rng=False,  # the caller's RNG is the caller's
     )  # fmt: skip
     return list(loader)
 
@@ -167,7 +167,7 @@ def test_single_samples_restore_only_the_reseeded_generators() -> None:
     expected_np, expected_torch = np.random.rand(3), torch.rand(3)
     np.random.seed(9)
     torch.manual_seed(9)
-    loader = seekdata.StatefulDataLoader(GlobalRNGAug(3), batch_size=None,
+    loader = seekdata.StatefulDataLoader(GlobalRNGAug(3), batch_size=None, step_rng=False,
                                          reseed_global_rng=["numpy"])  # fmt: skip
     samples = list(loader)
     assert np.array_equal(np.random.rand(3), expected_np)  # saved and restored around each

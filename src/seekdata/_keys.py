@@ -19,6 +19,8 @@ ORDER = 0x4F524452  # "ORDR"
 SAMPLE = 0x534D504C  # "SMPL"
 #: Domain tag of batch-level streams: keys are ``(seed, BATCH, epoch, step, digest)``.
 BATCH = 0x42415443  # "BATC"
+#: Domain tag of a loader's model-side step RNG: the seed of epoch ``e`` is ``(seed, STEP, e)``.
+STEP = 0x53544550  # "STEP"
 
 
 _U64 = np.uint64
@@ -178,6 +180,12 @@ def batch_counters(epoch: int, step: int, indices: Any) -> tuple[int, int, int, 
     indices). The indices enter as a hash, so ranks at the same step draw differently, and
     the draw is a function of the batch's content rather than of the world size."""
     return BATCH, epoch, step, _digest(indices)
+
+
+def step_seed(seed: int, epoch: int) -> int:
+    """The seed a loader passes to ``set_step_rng`` for the steps of ``epoch`` (``step_rng``):
+    the first word of the key (seed, STEP, epoch), 63 bits (a valid counter anywhere)."""
+    return key_words(seed, (STEP, epoch), 1)[0] >> 1
 
 
 def batch_seeds(seed: int, epoch: int, step: int, digest: int) -> list[int]:

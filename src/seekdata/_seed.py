@@ -1,7 +1,8 @@
 """Where a loader's seed comes from: ``seed=``, else torch's seed (rank 0's), else the checkpoint.
 
 ``seed=None`` derives the seed from torch's seed at construction — the ``generator``'s, as
-torch's ``DataLoader`` would draw its order from it, else ``torch.initial_seed()`` — hashed
+torch's ``DataLoader`` would draw its order from it, else the program's torch seed
+(``training.base_torch_seed``: not one that ``set_step_rng`` set since) — hashed
 with a domain tag, never combined by arithmetic. In an initialised process group every rank
 takes rank 0's value. A state loaded into such a loader brings its own seed, which wins: the
 checkpoint decides, never the resumed process's torch seed.
@@ -16,6 +17,7 @@ import torch
 
 from seekdata import _dist, rng
 from seekdata import state as S
+from seekdata.training import base_torch_seed
 
 _SEED_TAG = 0x53454544  # "SEED": key of the default seed derived from torch's seed
 
@@ -28,7 +30,7 @@ def default_seed(generator: Any, where: str) -> int:
             f"{where}: generator must be a torch.Generator or None; got "
             f"{type(generator).__name__}; pass torch.Generator().manual_seed(s), or seed=s"
         )
-    base = generator.initial_seed() if generator is not None else torch.initial_seed()
+    base = generator.initial_seed() if generator is not None else base_torch_seed()
     seed = rng.derive_key(base, _SEED_TAG, words=1)[0] >> 1  # 63 bits: an int64 anywhere
     return _dist.agree_with_rank0(seed)
 

@@ -42,7 +42,11 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     torch/numpy/``random`` global RNG per sample; ``False`` when the dataset only uses
     :func:`seekdata.sample_rng`, or the names of the generators it uses, e.g.
     ``("torch", "numpy")``) and ``batch_transform`` (a ``(batch, rng) -> batch`` callable
-    applied after collation, e.g. MixUp). ``state_dict()`` is a cursor; ``load_state_dict()``
+    applied after collation, e.g. MixUp) and ``step_rng`` (on by default: each batch handed out
+    seeds the caller's global RNG — torch CPU and CUDA, numpy, ``random`` — from (seed, epoch,
+    step, rank) with :func:`seekdata.set_step_rng`, so Dropout and other model-side draws in
+    the step that follows resume exactly; ``False`` leaves global RNG to you, untouched).
+    ``state_dict()`` is a cursor; ``load_state_dict()``
     is O(1) and accepts another ``num_workers`` or world size. ``snapshot_every_n_steps`` is
     torchdata's: accepted and stored; a cursor is exact at every step whatever its value (it is
     passed on to torchdata for iterable datasets).
@@ -72,6 +76,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         reseed_global_rng: bool | Collection[str] = True,
         batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
         snapshot_every_n_steps: int | None = 1,
+        step_rng: bool = True,
     ) -> None:
         where = "StatefulDataLoader"
         reshard = batch_sampler.reshard if isinstance(batch_sampler, BatchIndices) else None
@@ -110,6 +115,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         )
         self.drop_last = check_bool(drop_last, "drop_last", where)
         self.in_order = check_bool(in_order, "in_order", where)
+        self.step_rng = check_bool(step_rng, "step_rng", where)
         if batch_size is not None and (
             isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
         ):
@@ -174,6 +180,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
                 ),
                 seed_explicit=seed_explicit,
                 reseed=reseed,
+                step_rng=self.step_rng,
             )
             self._initialized = True
             return
@@ -202,6 +209,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             batch_transform=batch_transform,
             worker_init_fn=worker_init_fn,
             options=options,
+            step_rng=self.step_rng,
         )
         if isinstance(sampler, DistributedSampler) and batch_sampler is None:
             if sampler.n != n:
@@ -226,6 +234,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
                 f"initialized: it defines the stream (torch refuses it too); got {attr}="
                 f"{val!r}; build a new loader with it"
             )
+        if attr == "step_rng":  # read at every iter(), as torch's FORWARDED ones
+            val = check_bool(val, attr, type(self).__name__)
+            self._engine.step_rng = val
         super().__setattr__(attr, val)  # multiprocessing_context: torch's validating setter
         if attr in FORWARDED:  # torch reads these at iter(): so does the engine
             self._engine.set_option(attr, getattr(self, attr))

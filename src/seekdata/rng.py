@@ -42,6 +42,7 @@ from seekdata._keys import (
     BATCH,
     ORDER,
     SAMPLE,
+    STEP,
     batch_counters,
     batch_seeds,
     check_counter,
@@ -55,6 +56,7 @@ from seekdata._keys import (
     sample_seeds,
     seed_columns,
     splitmix64,
+    step_seed,
 )
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "IN_BATCH",
     "ORDER",
     "SAMPLE",
+    "STEP",
     "STREAMS",
     "Stream",
     "batch_counters",
@@ -90,6 +93,7 @@ __all__ = [
     "seed_columns",
     "seed_globals",
     "splitmix64",
+    "step_seed",
     "torch_generator",
     "unnest",
 ]
@@ -146,6 +150,11 @@ STREAMS = (
         "model-side global RNG (dropout, noise)",
         "(seed, step, rank), key words 2 to 5",
         "seekdata.set_step_rng",
+    ),
+    Stream(
+        "model-side global RNG, keyed by the loader (step_rng=True)",
+        "set_step_rng of (key (seed, STEP, epoch), step in the epoch, rank), at each batch",
+        "seekdata.StatefulDataLoader",
     ),
     Stream(
         "model-side explicit randomness",

@@ -38,7 +38,7 @@ import torch
 from seekdata import _dist
 from seekdata.rng import check_counter, key_words, seed_globals
 
-__all__ = ["RNG_FORMAT", "capture_rng", "restore_rng", "set_step_rng"]
+__all__ = ["RNG_FORMAT", "base_torch_seed", "capture_rng", "restore_rng", "set_step_rng"]
 
 # Words of derive_key(seed, step, rank, words=6) used by set_step_rng. Words 0 and 1 are the
 # key that torch_generator / numpy_generator derive from the same tuple; skipping them keeps
@@ -47,6 +47,21 @@ __all__ = ["RNG_FORMAT", "capture_rng", "restore_rng", "set_step_rng"]
 # from ever starting in the same state.
 _STEP_WORDS = 6
 _W_TORCH, _W_CUDA, _W_NUMPY, _W_PYTHON = 2, 3, 4, 5
+
+
+_base_seed: int | None = None  # torch's seed before set_step_rng last replaced it
+_step_seeded: int | None = None  # torch's seed as set_step_rng left it
+
+
+def base_torch_seed() -> int:
+    """torch's seed as the program set it: ``torch.initial_seed()``, unless
+    :func:`set_step_rng` (a loader's ``step_rng`` included) replaced it since, then the seed
+    torch had before. A loader built with ``seed=None`` derives its seed from this, so it does
+    not depend on how many steps ran before it was built."""
+    current = torch.initial_seed()
+    if _base_seed is not None and current == _step_seeded:
+        return _base_seed
+    return current
 
 
 def set_step_rng(seed: int, step: int, *, rank: int | None = None) -> None:
@@ -67,8 +82,13 @@ def set_step_rng(seed: int, step: int, *, rank: int | None = None) -> None:
     step = check_counter(step, "step", "set_step_rng")
     rank = _dist.rank_or_zero() if rank is None else check_counter(rank, "rank", "set_step_rng")
     key = key_words(seed, (step, rank), _STEP_WORDS)
+    global _base_seed, _step_seeded
+    current = torch.initial_seed()
+    if current != _step_seeded:  # the seed torch had from someone else: the base seed
+        _base_seed = current
     # numpy's legacy seed takes 32 bits
     seed_globals((key[_W_TORCH], key[_W_NUMPY] >> 32, key[_W_PYTHON]))
+    _step_seeded = torch.initial_seed()
     if torch.cuda.is_available():
         # Lazy until CUDA is initialised, then every device's default generator.
         torch.cuda.manual_seed_all(key[_W_CUDA])

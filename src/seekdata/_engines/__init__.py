@@ -27,6 +27,7 @@ class Engine(Protocol):
 
     seed: int
     cursor: Cursor
+    step_rng: bool  # key the caller's global RNG by each batch's step (read at iter())
     sampler: Any  # what ``loader.sampler`` shows
     batch_sampler: Any  # what ``loader.batch_sampler`` shows
 

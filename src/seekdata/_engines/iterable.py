@@ -20,6 +20,7 @@ from seekdata import _dist, _globalrng, preemption, rng
 from seekdata import state as S
 from seekdata._cursor import Cursor
 from seekdata._seed import seed_to_adopt
+from seekdata.training import set_step_rng
 
 _WORKER_TAG = 0x574B5252  # "WKRR": worker RNG keys (seed, WORKER, epoch, rank, worker)
 _CANNOT_SKIP = (
@@ -76,6 +77,7 @@ class IterableEngine:
         *,
         seed_explicit: bool = True,
         reseed: tuple[str, ...] = _globalrng.GENERATORS,
+        step_rng: bool = True,
     ) -> None:
         from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
@@ -92,6 +94,8 @@ class IterableEngine:
         # the stream's end is torchdata's to find: only the epoch and its end flags live here
         self.cursor = Cursor(0)
         self._generation = 0  # bumped by iter() and load_state_dict: older iterators are stale
+        self.step_rng = step_rng  # key the caller's global RNG by each batch's step
+        self.step = 0  # batches of the current epoch handed out (the step RNG's counter)
         # num_workers=0: the global-RNG state of the dataset's stream, kept apart from the caller's
         self._private: tuple[Any, Any, Any] | None = None
         with _quiet():
@@ -104,6 +108,7 @@ class IterableEngine:
 
     def iterate(self, place: Callable[[Any], Any] | None) -> Iterator[Any]:
         if self.cursor.begin():
+            self.step = 0
             self._forward_epoch()
         self.seeder.epoch = self.cursor.epoch
         self._generation += 1
@@ -158,6 +163,8 @@ class IterableEngine:
     def _stream(self, generation: int, place: Callable[[Any], Any] | None) -> Iterator[Any]:
         inner: Iterator[Any] | None = None
         end = object()
+        step_seed = rng.step_seed(self.seed, self.cursor.epoch) if self.step_rng else None
+        rank = _dist.rank_or_zero()
         while True:
             if generation != self._generation:
                 raise RuntimeError(
@@ -173,6 +180,9 @@ class IterableEngine:
             if batch is end:
                 self.cursor.finish()
                 return
+            self.step += 1
+            if step_seed is not None:  # the caller's model-side RNG: a function of the step
+                set_step_rng(step_seed, self.step - 1, rank=rank)
             yield batch if place is None else place(batch)
 
     def _forward_epoch(self) -> None:
@@ -180,7 +190,8 @@ class IterableEngine:
             self.dataset.set_epoch(self.cursor.epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3)
+        if self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3):
+            self.step = 0
         self._forward_epoch()
 
     def skip(self, batches: int) -> None:
@@ -233,6 +244,7 @@ class IterableEngine:
             self.seed = self.seeder.seed = seed
             self.engine.generator = rng.torch_generator(seed, _WORKER_TAG)
         self.cursor.restore(state[S.K_EPOCH], 0, state[S.K_EXHAUSTED])
+        self.step = state[S.K_POSITION]
         self._generation += 1  # an iterator from before the load stops
         self._private = None
         self._forward_epoch()

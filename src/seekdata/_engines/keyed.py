@@ -19,6 +19,7 @@ from seekdata import state as S
 from seekdata._cursor import Cursor
 from seekdata._fetch import BatchKey, Collate, FailedBatch, KeyedDataset, WorkerInit
 from seekdata._seed import seed_to_adopt
+from seekdata.training import set_step_rng
 
 _ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker base seeds)
 WHERE = "StatefulDataLoader"
@@ -60,8 +61,10 @@ class KeyedEngine:
         batch_transform: Callable[..., Any] | None,
         worker_init_fn: Callable[[int], None] | None,
         options: dict[str, Any],
+        step_rng: bool = True,
     ) -> None:
         self.seed = seed
+        self.step_rng = step_rng  # key the caller's global RNG by each batch's step
         self.seed_explicit, self.owns_sampler = seed_explicit, owns_sampler
         self.batch_size, self.drop_last = batch_size, drop_last
         self.reseed, self.batch_transform = reseed, batch_transform
@@ -95,6 +98,10 @@ class KeyedEngine:
         raise NotImplementedError
 
     def full_len(self) -> int:
+        raise NotImplementedError
+
+    def rank(self) -> int:
+        """This rank, for the model-side step RNG (``step_rng``)."""
         raise NotImplementedError
 
     def set_epoch(self, epoch: int) -> None:
@@ -246,6 +253,8 @@ class _LoaderIter:
         self._engine_iter: Iterator[Any] | None = None
         self._k = 0
         self._stale = False
+        self._step_seed: int | None = None  # step_rng: set_step_rng's seed for this epoch
+        self._rank = 0
 
     def detach(self) -> None:
         """A state was loaded: this iterator no longer moves the cursor (torchdata's rule)."""
@@ -257,6 +266,9 @@ class _LoaderIter:
 
     def _start(self) -> Iterator[Any]:
         self._engine.begin()
+        if self._engine.step_rng:
+            self._step_seed = rng.step_seed(self._engine.seed, self._engine.cursor.epoch)
+            self._rank = self._engine.rank()
         loader = self._engine.loader
         if loader.num_workers == 0 and not loader.pin_memory:
             self._engine_iter = _in_process(self._engine)
@@ -280,6 +292,8 @@ class _LoaderIter:
             raise
         self._k += 1
         self._engine.consumed(self._k)
+        if self._step_seed is not None:  # the caller's model-side RNG: a function of the step
+            set_step_rng(self._step_seed, self._engine.cursor.step - 1, rank=self._rank)
         if type(batch) is FailedBatch:  # consumed, as torch counts it; the next next() goes on
             batch.raise_error()
         place = self._place

@@ -70,6 +70,13 @@ class ReplayEngine(KeyedEngine):
     def full_len(self) -> int:
         return len(self.batches_of)
 
+    def rank(self) -> int:
+        """The sampler's ``rank`` (or its inner sampler's), else the process group's."""
+        for obj in (self.inner, getattr(self.inner, "sampler", None)):
+            if isinstance(getattr(obj, "rank", None), int):
+                return int(obj.rank)  # type: ignore[union-attr]
+        return _dist.rank_or_zero()
+
     # --- planning -------------------------------------------------------------------------------
 
     def begin(self) -> None:

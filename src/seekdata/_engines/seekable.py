@@ -200,6 +200,9 @@ class SeekableEngine(KeyedEngine):
         sampler = self._resized() or self.sampler
         return P.batches(sampler.local_len(0), self.b, self.drop_last)
 
+    def rank(self) -> int:
+        return int(self.sampler.rank)
+
     # --- planning -------------------------------------------------------------------------------
 
     def plan(self, epoch: int, start: int) -> _Plan:
