@@ -1,11 +1,13 @@
 """HF Trainer under DDP (2 gloo ranks, CPU), for tests/test_integration_transformers.py.
 
-``python _transformers_ddp_worker.py <tmp> <phase> <checkpoint|none>``, started once per rank by
-``tests._ckpt_launch.gloo_job`` (RANK, WORLD_SIZE, MASTER_ADDR set): two epochs of 24 samples,
-4 a rank per step (3 steps an epoch), a checkpoint every 2 steps under ``<tmp>/full/run``,
-through ``seekdata.integrations.transformers.Trainer``. Each rank writes
+``python _transformers_ddp_worker.py <tmp> <phase> <checkpoint|none> [own]``, started once per
+rank by ``tests._ckpt_launch.gloo_job`` (RANK, WORLD_SIZE, MASTER_ADDR set): two epochs of 24
+samples, 4 a rank per step (3 steps an epoch), a checkpoint every 2 steps under
+``<tmp>/full/run``, through ``seekdata.integrations.transformers.Trainer``. Each rank writes
 ``<tmp>/<phase>/result<rank>.json``: the dataset indices of every batch it trained on, each
-step's exact loss and the final parameters.
+step's exact loss and the final parameters. ``own``: ``get_train_dataloader()`` is overridden
+to return the user's own loader, unprepared, sharded by its ``seekdata.DistributedSampler``
+(whose rank comes from the process group the Trainer started).
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ class Recording(Trainer):
         return loss
 
 
+class OwnLoader(Recording):
+    def get_train_dataloader(self) -> seekdata.StatefulDataLoader:
+        sampler = seekdata.DistributedSampler(self.train_dataset, shuffle=True, seed=7)
+        return seekdata.StatefulDataLoader(self.train_dataset, batch_size=4, sampler=sampler)
+
+
 def main() -> None:
     tmp, phase, checkpoint = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     torch.manual_seed(0)
@@ -68,7 +76,8 @@ def main() -> None:
         seed=0,
         disable_tqdm=True,
     )
-    trainer = Recording(model=Scaled(), args=args, train_dataset=Indexed())
+    trainer_class = OwnLoader if "own" in sys.argv[4:] else Recording
+    trainer = trainer_class(model=Scaled(), args=args, train_dataset=Indexed())
     trainer.train(resume_from_checkpoint=None if checkpoint == "none" else checkpoint)
     rank = int(os.environ["RANK"])
     params = [v.hex() for p in trainer.model.parameters() for v in p.detach().flatten().tolist()]

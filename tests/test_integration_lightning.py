@@ -1,6 +1,7 @@
 """Lightning with seekdata.integrations.lightning.StepRNGCallback: fit(ckpt_path=...) in a fresh
-process is bit-identical to the uninterrupted fit, mid-epoch and at an epoch's end; and under
-DDP with Lightning's default sampler injection."""
+process is bit-identical to the uninterrupted fit, mid-epoch and at an epoch's end, whether the
+loader is passed to fit or built by the module's train_dataloader(); and under DDP with
+Lightning's default sampler injection."""
 
 from __future__ import annotations
 
@@ -39,6 +40,50 @@ def test_fit_from_checkpoint_is_bit_identical(
         W, tmp_path / "resumed.json", tmp_path / "ckpt", workers, str(ckpt / checkpoint)
     )
     assert resumed["losses"] == full["losses"][step:]  # every step's loss, exactly
+    assert resumed["params"] == full["params"]
+
+
+@pytest.fixture(scope="module")
+def from_the_hook(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """The uninterrupted fit whose loader the module's train_dataloader() builds."""
+    tmp = tmp_path_factory.mktemp("lightning_hook")
+    return run_fresh(W, tmp / "full.json", tmp / "ckpt", 0, "none", "hook"), tmp / "ckpt"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("checkpoint", "step", "workers", "reload"),
+    [
+        ("step=3.ckpt", 3, 2, "reload"),  # mid-epoch; epoch 1 from a loader built anew
+        ("end-epoch=0.ckpt", 6, 0, "once"),  # an epoch's end
+    ],
+)
+def test_a_loader_from_train_dataloader_resumes_bit_identical(
+    from_the_hook: tuple[dict, Path],
+    tmp_path: Path,
+    checkpoint: str,
+    step: int,
+    workers: int,
+    reload: str,
+) -> None:
+    """The module's train_dataloader() returns the user's seekdata loader (own sampler, own
+    collate_fn); Lightning's checkpoint holds its cursor. Resumed in a fresh process, every
+    later batch holds the same samples with the same augmentation, every loss and the final
+    parameters are equal; also when the loader is built anew each epoch
+    (reload_dataloaders_every_n_epochs=1: the new loader starts at the epoch Lightning sets)."""
+    full, ckpt = from_the_hook
+    assert len(full["seen"]) == 12
+    for epoch in (0, 1):  # each epoch is a permutation, and the two differ
+        assert sorted(i for batch in full["seen"][6 * epoch : 6 * epoch + 6] for i in batch) == (
+            list(range(24))
+        )
+    assert full["seen"][:6] != full["seen"][6:]
+    resumed = run_fresh(
+        W, tmp_path / "res.json", tmp_path / "ckpt", workers, ckpt / checkpoint, "hook", reload
+    )
+    assert resumed["built"] == (2 if reload == "reload" else 1)
+    for key in ("seen", "digests", "losses"):
+        assert resumed[key] == full[key][step:], key
     assert resumed["params"] == full["params"]
 
 

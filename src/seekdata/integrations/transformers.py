@@ -16,11 +16,17 @@ only (no data is read) and then hands out the seekdata loader's batches from its
 cursor, so the Trainer's own step counting stays as it is. ``ignore_data_skip=True`` keeps its
 meaning: the resumed epoch restarts from its first batch.
 
+A subclass may override ``get_train_dataloader()`` and return its own
+:class:`seekdata.StatefulDataLoader` (its sampler, collate function, dataset wrapper): the
+override's result is restored, saved and skipped like the built-in loader. Any other loader
+(a torch ``DataLoader``) is refused with a ``TypeError``: its resume could not be exact.
+
 This module imports transformers; ``import seekdata`` never imports it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -73,8 +79,16 @@ class Trainer(transformers.Trainer):
     Same constructor and methods. Adds no arguments: the loader takes the Trainer's own
     (``per_device_train_batch_size``, ``dataloader_num_workers``, ``dataloader_drop_last``,
     ``data_collator``, ...). With several processes, ``accelerator.prepare`` shards it (see
-    :mod:`seekdata.integrations.accelerate`).
+    :mod:`seekdata.integrations.accelerate`). A subclass's ``get_train_dataloader()`` may
+    return its own seekdata loader instead; it is trained on as returned (not sharded).
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own ``get_train_dataloader`` is adapted like the built-in one."""
+        super().__init_subclass__(**kwargs)
+        override = cls.__dict__.get("get_train_dataloader")
+        if override is not None:
+            cls.get_train_dataloader = _adapting(override)  # type: ignore[method-assign]  # wraps it
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -120,9 +134,24 @@ class Trainer(transformers.Trainer):
             options["multiprocessing_context"] = args.dataloader_multiprocessing_context
         if not isinstance(dataset, torch.utils.data.IterableDataset):
             options.update(shuffle=True, drop_last=args.dataloader_drop_last)
-        loader = self.accelerator.prepare(StatefulDataLoader(dataset, **options))
+        return self._adapt(self.accelerator.prepare(StatefulDataLoader(dataset, **options)))
+
+    def _adapt(self, loader: Any) -> _TrainerLoader:
+        """The training loader as the Trainer iterates it: restored from the checkpoint the
+        run resumes from, its cursor saved with every checkpoint, its skip reading no data."""
+        if isinstance(loader, _TrainerLoader):  # an override returned super()'s
+            return loader
+        if not isinstance(loader, StatefulDataLoader):
+            raise TypeError(
+                f"seekdata Trainer: get_train_dataloader must return a "
+                f"seekdata.StatefulDataLoader (its cursor is what the checkpoint saves and the "
+                f"resume restores); got {type(loader).__module__}.{type(loader).__qualname__}; "
+                f"build your loader as seekdata.StatefulDataLoader with the same arguments "
+                f"(dataset, batch_size, sampler, collate_fn, ...), or subclass "
+                f"transformers.Trainer if this run need not resume exactly"
+            )
         resume = self._seekdata_resume
-        if resume is not None and not args.ignore_data_skip:
+        if resume is not None and not self.args.ignore_data_skip:
             path = os.path.join(resume, STATE_FILE)
             if not os.path.isfile(path):
                 raise S.StateMismatchError(
@@ -134,6 +163,16 @@ class Trainer(transformers.Trainer):
                 loader.load_state_dict(json.load(f))
         self._seekdata_loader = loader
         return _TrainerLoader(loader)
+
+
+def _adapting(get_train_dataloader: Any) -> Any:
+    """A subclass's ``get_train_dataloader``, its result adapted by :meth:`Trainer._adapt`."""
+
+    @functools.wraps(get_train_dataloader)
+    def adapted(self: Trainer, *args: Any, **kwargs: Any) -> _TrainerLoader:
+        return self._adapt(get_train_dataloader(self, *args, **kwargs))
+
+    return adapted
 
 
 def _first(batch: list[Any]) -> Any:
