@@ -73,7 +73,7 @@ def test_inspect_shows_every_state_for_a_person(
         "  kind:        loader, format version 1",
         "  epoch:       0",
         "  position:    12 of 23 (52.2% of the epoch)",
-        "  step:        3 (batch size 4)",
+        "  step:        3 in the epoch (batch size 4)",
         "  world size:  1",
         f"  fingerprint: {inspection.fingerprint(loader)}  (n=23 seed=3 order='feistel' "
         "shuffle=True drop_last=False batch_size=4 batch_drop_last=False sample_seed=3)",
