@@ -9,13 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import pathlib
+import subprocess
+import sys
 import time
 from typing import Any
 
 import pytest
 import torch
 
+import seekdata
 from seekdata.tools import bench
 
 
@@ -148,3 +152,37 @@ def test_tokens_workload_compares_seekdata_with_the_reseeding_dataloader(
     assert payload["config"]["workload"] == "tokens"
     assert row["seekdata / DataLoader + reseed"] > 0 and row["DataLoader + reseed"] > 0
     assert all(row[f"{name} startup ms"] > 0 for name in payload["config"]["loaders"])
+
+
+#: ``seekdata ...`` in a fresh interpreter where ``import matplotlib`` fails, as without it
+WITHOUT_MATPLOTLIB = (
+    "import sys; sys.modules['matplotlib'] = None; "
+    "from seekdata.tools.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_without_matplotlib_the_table_and_json_come_and_no_plot_is_claimed(
+    tmp_path: pathlib.Path,
+) -> None:
+    """No traceback after the whole run: the command says first that it will draw no plot and
+    why (naming the extra), then prints the table, writes the JSON and exits 0."""
+    out = tmp_path / "b.json"
+    src = str(pathlib.Path(seekdata.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    argv = ["bench", "--quick", "--no-progress", "--no-resume", "--workers", "0", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MATPLOTLIB, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,  # a quick run takes a few seconds; a hang must not stall the suite
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("seekdata bench: no plot: matplotlib is not installed")
+    assert "pip install 'seekdata[bench]'" in first
+    assert "samples/s" in done.stdout and "note: no plot" in done.stdout
+    assert "b.png" not in done.stdout and not out.with_suffix(".png").exists()
+    notes = json.loads(out.read_text())["notes"]
+    assert any(note.startswith("no plot: matplotlib is not installed") for note in notes)

@@ -112,6 +112,40 @@ def test_plain_torch_save_file_gets_a_pointed_error(tmp_path: Path) -> None:
         load(path)
 
 
+class _Runs:
+    """Unpickling it would create a file: proof that a refused file was not unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+def test_a_legacy_torch_save_file_is_named_with_how_to_load_it(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.pt"
+    torch.save(OBJ, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointCorruptError) as info:
+        load(path)
+    message = str(info.value)
+    assert "torch.save file in the legacy, non-zip format" in message
+    assert "torch.load(path, weights_only=True)" in message and "corrupt" not in message
+    assert torch.equal(torch.load(path, weights_only=True)["w"], OBJ["w"])  # the advice works
+
+
+@pytest.mark.parametrize("content", ["plain data", "object"])
+def test_a_plain_pickle_is_named_and_refused_unread(tmp_path: Path, content: str) -> None:
+    path, marker = tmp_path / "state.pkl", tmp_path / "ran"
+    obj = {"step": 3, **({"obj": _Runs(marker)} if content == "object" else {})}
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    with pytest.raises(CheckpointCorruptError, match=r"it is a plain pickle, pickle\.dump") as info:
+        load(path)
+    message = str(info.value)
+    assert "refused unread" in message and "pickle.load" in message
+    assert "corrupt" not in message and not marker.exists()
+    assert ("pathlib.Path.touch" in message) == (content == "object")  # what it would import
+
+
 def test_missing_file_and_bad_path_type(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         load(tmp_path / "missing.pt")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import pathlib
 import pickle
 import sys
@@ -73,7 +74,7 @@ def test_inspect_shows_every_state_for_a_person(
         "  kind:        loader, format version 1",
         "  epoch:       0",
         "  position:    12 of 23 (52.2% of the epoch)",
-        "  step:        3 (batch size 4)",
+        "  step:        3 in the epoch (batch size 4)",
         "  world size:  1",
         f"  fingerprint: {inspection.fingerprint(loader)}  (n=23 seed=3 order='feistel' "
         "shuffle=True drop_last=False batch_size=4 batch_drop_last=False sample_seed=3)",
@@ -206,15 +207,31 @@ def test_no_state_exits_1(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
     assert json.loads(capsys.readouterr().out)["states"] == []
 
 
+class Touches:
+    """Unpickling it would run ``os.system``, a function of a module torch blocks outright."""
+
+    def __init__(self, marker: pathlib.Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+@pytest.mark.parametrize("kind", ["class", "blocked function"])
 def test_pickled_objects_are_not_executed(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], legacy: bool, kind: str
 ) -> None:
-    path = tmp_path / "pickled.pt"
-    torch.save({"loader": states()[0], "obj": Opaque()}, path)
+    """In either torch.save format (the legacy one: _use_new_zipfile_serialization=False)."""
+    path, marker = tmp_path / "pickled.pt", tmp_path / "ran"
+    obj = Opaque() if kind == "class" else Touches(marker)
+    torch.save({"loader": states()[0], "obj": obj}, path, _use_new_zipfile_serialization=not legacy)
     assert inspection.main([str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"seekdata inspect: error: {path} must hold only tensors")
-    assert "seekdata will not execute them" in err and "Opaque" in err
+    assert "refused unread: seekdata will not execute them" in err
+    assert ("Opaque" if kind == "class" else "system") in err
+    assert "corrupt" not in err and not marker.exists()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "bad json"])

@@ -285,15 +285,19 @@ class Stream(torch.utils.data.IterableDataset):
         (([range(3)], [1, 2]), {}, ValueError, "one weight per dataset"),
         (([], []), {}, ValueError, "at least one"),
         (([range(3)] * 2, [1, 1]), {"source_ids": [1, 1]}, ValueError, "distinct"),
-        (([range(3)], [1]), {"length": 0}, ValueError, "length must be >= 1"),
+        (([range(3)], [1]), {"length": 0}, ValueError, "length must be an int >= 1 or None"),
+        (([range(3)], [1]), {"length": -1}, ValueError, "length must be an int >= 1 or None"),
+        (([range(3)], [1]), {"length": 2.0}, TypeError, "length must be an int >= 1 or None"),
+        (([range(3)], [1]), {"length": True}, TypeError, "length must be an int >= 1 or None"),
         (([range(3)], [1]), {"order": "torch"}, ValueError, "order must be"),
     ],
 )
 def test_bad_arguments(
     args: tuple[Any, ...], kwargs: dict[str, Any], error: type, match: str
 ) -> None:
-    with pytest.raises(error, match=match):
+    with pytest.raises(error, match=match) as raised:
         seekdata.Mixture(*args, **kwargs)
+    assert ">= 0" not in str(raised.value) and "=0" not in str(raised.value)  # 0 is refused
 
 
 def test_shuffling_a_mixture_again_is_refused() -> None:

@@ -329,3 +329,46 @@ def test_state_saved_after_last_sample_but_before_the_iterator_finished() -> Non
     after = DistributedSampler(Sized(n), 1, 0, seed=4)
     list(after)  # the loop finished: a checkpoint now says exhausted
     assert after.state_dict()["exhausted"] is True
+
+
+# -- a Hugging Face dataset already split by node ------------------------------------------------
+
+
+def _hf_split(n: int) -> object:
+    """A ``datasets.Dataset`` of split 'train' with n examples, recorded in its info as
+    ``load_dataset`` records it."""
+    datasets = pytest.importorskip("datasets")
+    splits = datasets.SplitDict()
+    splits.add(datasets.SplitInfo(name="train", num_examples=n))
+    info = datasets.DatasetInfo(splits=splits)
+    return datasets.Dataset.from_dict({"x": list(range(n))}, info=info, split="train")
+
+
+@pytest.mark.parametrize(("n", "world", "rank"), [(100, 4, 1), (101, 3, 0), (101, 3, 2)])
+def test_a_dataset_split_by_node_and_sampled_again_warns(n: int, world: int, rank: int) -> None:
+    whole = _hf_split(n)
+    from datasets.distributed import split_dataset_by_node
+
+    part = split_dataset_by_node(whole, rank=rank, world_size=world)
+    with pytest.warns(UserWarning, match="must be the whole split") as caught:
+        sampler = DistributedSampler(part, num_replicas=world, rank=rank)
+    message = str(caught[0].message)
+    assert f"got {len(part)} of the {n} examples of split 'train'" in message
+    assert f"only 1/{world} of the split per epoch" in message
+    assert "pass the unsplit dataset" in message and caught[0].filename == __file__
+    assert len(sampler) == -(-len(part) // world)  # what it warns about: a part of a part
+    with pytest.warns(UserWarning, match="must be the whole split"):
+        DistributedSampler(part, num_replicas=1, rank=0).reshard(world, rank)
+
+
+def test_a_whole_or_otherwise_cut_dataset_does_not_warn() -> None:
+    """pytest turns warnings into errors here: none of these may warn."""
+    whole = _hf_split(100)
+    from datasets.distributed import split_dataset_by_node
+
+    for rank in range(4):
+        DistributedSampler(whole, num_replicas=4, rank=rank)  # the right way
+    part = split_dataset_by_node(whole, rank=1, world_size=4)
+    DistributedSampler(part, num_replicas=1, rank=0)  # split by node alone
+    DistributedSampler(whole.select(range(60)), num_replicas=4, rank=0)  # a subset, not a part
+    DistributedSampler(list(range(25)), num_replicas=4, rank=0)  # not a datasets.Dataset

@@ -521,8 +521,11 @@ def _swap_exts(doc: dict) -> None:
 
 def _shift_into_data(doc: dict) -> None:
     m = next(i for i, size in enumerate(doc["sizes"]) if size > 1024)
-    doc["offsets"][m] += 512  # in range and no overlap: only the header check can tell
+    doc["offsets"][m] += 512  # in range, no overlap, no gap: only the header check can tell
     doc["sizes"][m] -= 512
+    headers = [[value, 1] for value, count in doc["headers"] for _ in range(count)]
+    headers[m][0] += 512
+    doc["headers"] = headers
 
 
 @pytest.mark.parametrize("edit", [_swap_keys, _swap_exts, _shift_into_data])
@@ -573,6 +576,89 @@ def test_an_index_out_of_range_is_refused_naming_the_fix(
     healed = TarShards(shards, rebuild_index=True)
     assert [healed[i] for i in range(len(ds))] == [ds[i] for i in range(len(ds))]
     TarShards(shards)  # the rebuilt index is written back
+
+
+def _delete_sample(i: int) -> Any:
+    """Remove sample i's entry, and its members', consistently from every list of an index."""
+
+    def edit(doc: dict) -> None:
+        counts = doc["members_per_sample"]
+        first, k = sum(counts[:i]), counts[i]
+        for field in ("member_ext", "offsets", "sizes"):
+            del doc[field][first : first + k]
+        if "headers" in doc:  # runs of [value, count]
+            headers = [value for value, count in doc["headers"] for _ in range(count)]
+            del headers[first : first + k]
+            doc["headers"] = [[value, 1] for value in headers]
+        del doc["keys"][i], counts[i]
+
+    return edit
+
+
+@pytest.mark.parametrize("i", [0, 7, PER_SHARD - 1], ids=["first", "middle", "last"])
+def test_an_index_with_a_sample_deleted_is_refused(shards: str, scans: list[str], i: int) -> None:
+    """Else the dataset shrinks by one and every later sample is renumbered, silently."""
+    ds = TarShards(shards)
+    edit_index(ds.urls[1], _delete_sample(i))
+    with pytest.raises(
+        ValueError,
+        match=rf"shard .*shard-001\.tar: its index .* cannot describe this shard \(member "
+        rf"'s{PER_SHARD + i:05d}\.\w+' at byte \d+ is not listed\); .*--force",
+    ):
+        TarShards(shards)
+    assert scans == ds.urls  # found without scanning the shard again
+    healed = TarShards(shards, rebuild_index=True)
+    assert [healed[j] for j in range(len(ds))] == [ds[j] for j in range(len(ds))]
+
+
+def write_tar_with_skipped_members(path: pathlib.Path, fmt: int) -> str:
+    """Samples d/a, d/b, d/c with what webdataset skips before, between and after them: a
+    folder, a top-level ``__meta__``, a file without extension, a link, a ``__x__/`` folder."""
+    long = "k" * 120 if fmt != tarfile.USTAR_FORMAT else "k"  # a long name: pax or GNU headers
+    members = [
+        ("d", tarfile.DIRTYPE, b""),
+        ("d/a.txt", tarfile.REGTYPE, b"a"),
+        ("d/a.cls", tarfile.REGTYPE, b"1"),
+        ("__meta__", tarfile.REGTYPE, b"m" * 700),
+        ("d/noext", tarfile.REGTYPE, b"n"),
+        (f"d/{long}.txt", tarfile.REGTYPE, b"long"),
+        ("d/link", tarfile.SYMTYPE, b""),
+        ("d/c.txt", tarfile.REGTYPE, b"c" * 600),
+        ("__x__/y.txt", tarfile.REGTYPE, b"y"),
+        ("e", tarfile.DIRTYPE, b""),
+    ]
+    with tarfile.open(path, "w", format=fmt) as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            info.type, info.size = kind, len(data)
+            if kind == tarfile.SYMTYPE:
+                info.linkname = "a.txt"
+            tar.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
+def test_members_webdataset_skips_may_lie_around_samples(
+    tmp_path: pathlib.Path, scans: list[str], fmt: int
+) -> None:
+    """The ranges between samples are read when the index is trusted: what webdataset skips
+    is accepted there; a sample deleted from the index, next to them, is not."""
+    shard = write_tar_with_skipped_members(tmp_path / "odd.tar", fmt)
+    expected = webdataset_samples(shard)
+    assert [s["__key__"] for s in expected] == ["d/a", "d/" + expected[1]["__key__"][2:], "d/c"]
+    for _ in range(2):  # scanned, then trusted (its stamp matches) and checked
+        ds = TarShards(shard)
+        assert [ds[i] for i in range(len(ds))] == expected
+    assert scans == [shard]
+    for i in range(3):
+        edit_index(shard, lambda doc: None)  # rewrite the index unchanged: still accepted
+        TarShards(shard)
+        saved = pathlib.Path(shard + tarindex.INDEX_SUFFIX).read_text()
+        edit_index(shard, _delete_sample(i))
+        with pytest.raises(ValueError, match=r"is not listed\); .*--force"):
+            TarShards(shard)
+        pathlib.Path(shard + tarindex.INDEX_SUFFIX).write_text(saved)
+    assert scans == [shard]
 
 
 @pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])

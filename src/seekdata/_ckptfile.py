@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from seekdata import _pickles
+
 _EOCD = b"PK\x05\x06"  # zip end-of-central-directory signature
 _EOCD_LEN = 22  # its length with an empty comment; the last 2 bytes are the comment length
 _FOOTER = re.compile(rb"\nseekdata-checkpoint/1 sha256=([0-9a-f]{64}) size=([0-9]{20})\n\Z")
@@ -31,7 +33,8 @@ _FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 
 class CheckpointCorruptError(ValueError):
-    """A checkpoint file is truncated, extended or corrupt; ``path`` names it."""
+    """A checkpoint file is truncated, extended or corrupt, or not a seekdata checkpoint at all
+    (a plain ``torch.save`` file, a pickle); ``path`` names it."""
 
     def __init__(self, path: Path, message: str) -> None:
         super().__init__(message)
@@ -176,14 +179,7 @@ def verify_file(path: Path, where: str) -> None:
             raise CheckpointCorruptError(
                 path,
                 f"{where}: {path} must end with a seekdata checksum footer; it has none "
-                + (
-                    "(it looks like a plain torch.save file); load it with "
-                    "torch.load(path, weights_only=True), or write it with "
-                    "seekdata.checkpoint.save"
-                    if plain
-                    else f"(the file is truncated or corrupt, {total} bytes); "
-                    f"load an earlier checkpoint"
-                ),
+                + (_no_footer(path, total) if not plain else _PLAIN_TORCH),
             )
         expected, size = match.group(1).decode(), int(match.group(2))
         if size != total - _FOOTER_LEN:
@@ -208,6 +204,31 @@ def verify_file(path: Path, where: str) -> None:
             f"hash to {digest.hexdigest()[:16]}… (corrupt on disk or in transfer); load an "
             f"earlier checkpoint",
         )
+
+
+_PLAIN_TORCH = (
+    "(it looks like a plain torch.save file); load it with torch.load(path, weights_only=True), "
+    "or write it with seekdata.checkpoint.save"
+)
+
+
+def _no_footer(path: Path, total: int) -> str:
+    """What a file without a footer and without a zip's end is, and what to do with it."""
+    if _pickles.is_legacy_torch(str(path)):
+        return (
+            "(it is a torch.save file in the legacy, non-zip format, which "
+            "seekdata.checkpoint.save never writes); load it with "
+            "torch.load(path, weights_only=True), or write it with seekdata.checkpoint.save"
+        )
+    names = _pickles.plain_pickle_globals(str(path))
+    if names is not None:
+        imports = f", importing {', '.join(names[:20])}" if names else ""
+        return (
+            f"(it is a plain pickle, pickle.dump{imports}, not a checkpoint; refused unread: "
+            "unpickling it could run code from the file); if you trust the file, load it with "
+            "pickle.load, and write checkpoints with seekdata.checkpoint.save"
+        )
+    return f"(the file is truncated or corrupt, {total} bytes); load an earlier checkpoint"
 
 
 def _tail_is_plain_zip(f: Any, total: int) -> bool:

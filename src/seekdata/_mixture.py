@@ -176,13 +176,7 @@ class Mixture(torch.utils.data.Dataset):
         self.source_ids = [rng.check_counter(i, "source id", where) for i in ids]
         self._a = _integer_weights(weights)
         self._tree = Tree(self._a)
-        total = sum(self.sizes) if length is None else length
-        self.length = rng.check_counter(total, "length", where)
-        if self.length < 1:
-            raise ValueError(
-                f"{where}: length must be >= 1; got {length}; pass the samples per mixture "
-                f"epoch, or leave it unset for the sources' total"
-            )
+        self.length = sum(self.sizes) if length is None else _check_length(length, where)
         self.order = order
         self.source_seeds = [
             rng.derive_key(self.seed, _MIX_TAG, i, words=1)[0] for i in self.source_ids
@@ -297,6 +291,19 @@ class Mixture(torch.utils.data.Dataset):
             for d, n, w in zip(self.datasets, self.sizes, self.weights, strict=True)
         )
         return f"Mixture([{parts}], length={self.length}, seed={self.seed})"
+
+
+def _check_length(length: Any, where: str) -> int:
+    """``length`` as an int >= 1: the rule and the message say the same thing."""
+    fix = "pass the samples per mixture epoch, or leave it unset for the sources' total"
+    if isinstance(length, bool) or not isinstance(length, int | np.integer):
+        raise TypeError(
+            f"{where}: length must be an int >= 1 or None; got {type(length).__name__} "
+            f"{length!r}; {fix}"
+        )
+    if length < 1:
+        raise ValueError(f"{where}: length must be an int >= 1 or None; got {length}; {fix}")
+    return int(length)
 
 
 def _source_length(dataset: Any, k: int) -> int:

@@ -16,6 +16,12 @@ _PICKLE_OPCODES = 4  # opcodes that must parse before a file counts as a pickle 
 _PICKLE_SCAN = 1 << 24  # bytes of a plain pickle scanned for the names it imports
 
 
+def is_legacy_torch(path: str) -> bool:
+    """Whether ``path`` is a ``torch.save`` file in the legacy (non-zip) format."""
+    with open(path, "rb") as f:
+        return f.read(len(_TORCH_LEGACY)) == _TORCH_LEGACY
+
+
 def plain_pickle_globals(path: str) -> list[str] | None:
     """The names a plain ``pickle.dump`` file would import, read with :mod:`pickletools`
     (which parses opcodes and executes nothing); None when the file is not a pickle stream."""

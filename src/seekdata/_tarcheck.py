@@ -2,22 +2,31 @@
 
 An index is trusted when the shard's size and mtime match its stamp, so an edited index (or a
 shard rewritten in place with its old mtime restored) would otherwise return another member's
-bytes silently. Two checks make that impossible at almost no cost:
+bytes silently, and an index with a sample's entries deleted would renumber every later
+sample. These checks make both impossible at almost no cost:
 
 - :func:`index_problem`, when an index is loaded: every member's data lies inside the shard,
-  on a 512-byte block after a header, and members do not overlap, in tar order.
+  on a 512-byte block after its headers, and members do not overlap, in tar order.
+- :func:`unlisted_member`, when an index is loaded: the byte ranges between one listed
+  member's data and the next one's headers (and before the first, and after the last up to the
+  end-of-archive marker; :func:`unlisted_regions`). In a shard of samples only there are none,
+  and nothing is read; any other range is read header by header, and a sample's member there (a
+  deleted entry) refuses the index.
 - :func:`header_problem`, at every read: the 512-byte tar header just before the data is a
   regular file's and records the member's name and size (its checksum names the failure).
 """
 
 from __future__ import annotations
 
+import re
 import tarfile
 from typing import Any
 
 import numpy as np
 from webdataset.tariterators import base_plus_ext
 
+#: webdataset.tariterators.tar_file_iterator's default ``skip_meta``: members it skips
+SKIP_META = re.compile(r"__[^/]*__($|/)")
 _BLOCK = tarfile.BLOCKSIZE
 _REGULAR = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
 _MAX_OCTAL_SIZE = 8**11 - 1  # larger sizes live in a pax record, not in the header
@@ -28,22 +37,43 @@ def index_problem(index: Any) -> str | None:
     offsets, sizes = index.offsets, index.sizes
     if len(offsets) == 0:
         return None
+    headers = index.headers
     checks = (
         (sizes < 0, "a negative size"),
         (offsets < _BLOCK, "an offset before the first data block"),
         (offsets % _BLOCK != 0, "an offset off a 512-byte block"),
         (offsets > index.size - sizes, f"data past the shard's end ({index.size} bytes)"),
+        ((headers < _BLOCK) | (headers % _BLOCK != 0), "headers that are not whole blocks"),
+        (headers > offsets, "headers before the shard's start"),
     )
     for bad, what in checks:
         if bad.any():
             m = int(np.argmax(bad))
             return f"member {m} has {what}: offset {int(offsets[m])}, size {int(sizes[m])}"
-    blocks = -(-sizes[:-1] // _BLOCK) * _BLOCK
-    overlap = offsets[1:] < offsets[:-1] + blocks + _BLOCK
+    ends = _ends(index)
+    overlap = offsets[1:] - headers[1:] < ends[:-1]
     if overlap.any():
         m = int(np.argmax(overlap)) + 1
         return f"member {m} (offset {int(offsets[m])}) overlaps or precedes member {m - 1}"
+    if not ends[-1] <= index.end <= index.size - _BLOCK:
+        return f"an end of archive at byte {index.end}, before the last member or the shard's end"
     return None
+
+
+def _ends(index: Any) -> np.ndarray:
+    """Where each member's data ends, rounded up to a whole block: where the next header is."""
+    return index.offsets + -(-index.sizes // _BLOCK) * _BLOCK
+
+
+def unlisted_regions(index: Any) -> list[tuple[int, int]]:
+    """The byte ranges ``[start, stop)`` of the shard that no member of a sound ``index``
+    (see :func:`index_problem`) covers with its headers or data; usually none."""
+    if len(index.offsets) == 0:
+        return [(0, index.end)] if index.end > 0 else []
+    starts = np.append(index.offsets - index.headers, index.end)  # the next one's first header
+    ends = np.insert(_ends(index), 0, 0)
+    gaps = np.flatnonzero(starts != ends)
+    return [(int(ends[g]), int(starts[g])) for g in gaps]
 
 
 def _number(field: bytes) -> int:
@@ -114,3 +144,37 @@ def _mismatch(header: bytes, key: str, ext: str, size: int) -> str | None:
     if len(found) >= 99 and expected.lower().startswith(found.lower()):
         return None  # a long name (GNU or pax) that the header truncates
     return f"names {found!r}, not {expected!r}"
+
+
+def ignored(info: tarfile.TarInfo) -> bool:
+    """Not a file webdataset reads: not regular, or a top-level ``__name__`` member."""
+    name = info.name
+    return not info.isreg() or (name.startswith("__") and name.endswith("__") and "/" not in name)
+
+
+def unlisted_member(path: str, index: Any) -> str | None:
+    """A sample's member in the shard at ``path`` between the members a sound ``index`` lists
+    (see :func:`unlisted_regions`: usually there is no such range, and nothing is read), or bytes
+    there that are not tar headers; None when all there is what webdataset skips (a folder, a
+    ``__meta__``, a file without an extension)."""
+    with open(path, "rb") as f:
+        for start, stop in unlisted_regions(index):
+            f.seek(start)
+            try:
+                tar = tarfile.open(fileobj=f, mode="r:")  # noqa: SIM115 - closed below
+            except tarfile.TarError:
+                return f"no tar header at byte {start}"
+            try:
+                while (info := tar.next()) is not None and info.offset < stop:
+                    name = info.name
+                    if not (ignored(info) or SKIP_META.match(name) or not base_plus_ext(name)[0]):
+                        return f"member {name!r} at byte {info.offset} is not listed"
+                    tar.members = []  # type: ignore[attr-defined]  # not in typeshed
+                reached = tar.offset if info is None else info.offset
+            except tarfile.TarError as exc:
+                return f"no tar header between bytes {start} and {stop} ({exc})"
+            finally:
+                tar.close()  # leaves f open: tarfile did not open it
+            if reached != stop:
+                return f"the tar headers from byte {start} reach byte {reached}, not {stop}"
+    return None

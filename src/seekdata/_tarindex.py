@@ -1,7 +1,8 @@
 """Byte-offset indexes of webdataset tar shards (scanned with :mod:`tarfile`).
 
-An index lists each sample's ``__key__`` and each member's extension, data offset and
-size, grouped as webdataset groups them. It is a JSON file beside the shard
+An index lists each sample's ``__key__`` and each member's extension, data offset, size and
+header bytes (its tar header, with any pax or long-name headers before it), grouped as
+webdataset groups them, and where the archive ends. It is a JSON file beside the shard
 (``<shard>.seekdata-index.json``) or under ``index_dir``, stamped with the shard's size
 and mtime. Missing or unreadable: built. Same stamp: used without reading the shard.
 Same size, new mtime: rescanned, and kept if no sample moved. Otherwise the shard
@@ -14,7 +15,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import stat
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,12 +31,10 @@ from seekdata._shardurls import local_path, url_scheme
 #: ``format`` field of every index file.
 INDEX_FORMAT = "seekdata-wds-index"
 #: Bumped whenever the index layout changes; other versions are rebuilt.
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 #: Appended to a shard's file name to name its index.
 INDEX_SUFFIX = ".seekdata-index.json"
 
-# webdataset.tariterators.tar_file_iterator's default ``skip_meta``.
-_SKIP_META = re.compile(r"__[^/]*__($|/)")
 _COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
 _BLOCK = tarfile.BLOCKSIZE
 
@@ -53,6 +51,10 @@ class ShardIndex:
     member_ext: np.ndarray  #: int64 index into ``exts``
     offsets: np.ndarray  #: int64 data offset of each member
     sizes: np.ndarray  #: int64 data size of each member
+    #: int64 bytes of each member's headers: its data starts this far after its first header
+    #: (stored as runs of equal values)
+    headers: np.ndarray
+    end: int  #: offset of the end-of-archive marker
 
     def same_layout(self, other: ShardIndex) -> bool:
         """Whether both describe the same samples at the same offsets (stamps aside)."""
@@ -72,6 +74,8 @@ class ShardIndex:
             "member_ext": self.member_ext.tolist(),
             "offsets": self.offsets.tolist(),
             "sizes": self.sizes.tolist(),
+            "headers": _runs(self.headers),
+            "end": self.end,
         }
 
     @classmethod
@@ -90,17 +94,35 @@ class ShardIndex:
                 member_ext=np.asarray(doc["member_ext"], dtype=np.int64),
                 offsets=np.asarray(doc["offsets"], dtype=np.int64),
                 sizes=np.asarray(doc["sizes"], dtype=np.int64),
+                headers=_unruns(doc["headers"]),
+                end=int(doc["end"]),
             )
         except (KeyError, TypeError, ValueError):
             return None
         n = int(index.starts[-1])
+        members = (index.member_ext, index.offsets, index.sizes, index.headers)
         sound = (
             len(index.keys) == len(counts)
             and bool((counts >= 1).all())
-            and len(index.member_ext) == len(index.offsets) == len(index.sizes) == n
+            and all(len(column) == n for column in members)
             and all(0 <= e < len(index.exts) for e in set(index.member_ext.tolist()))
         )
         return index if sound else None
+
+
+def _runs(values: np.ndarray) -> list[list[int]]:
+    """``[[value, count], ...]``: a shard's members mostly have headers of one size."""
+    cut = np.flatnonzero(np.diff(values)) + 1
+    starts = np.concatenate([[0], cut]) if len(values) else cut
+    counts = np.diff(np.append(starts, len(values)))
+    return [[int(values[i]), int(c)] for i, c in zip(starts, counts, strict=True)]
+
+
+def _unruns(runs: Any) -> np.ndarray:
+    """The values :func:`_runs` wrote, one per member; ``ValueError`` for anything else."""
+    if not all(isinstance(r, list) and len(r) == 2 and r[1] >= 1 for r in runs):
+        raise ValueError("headers must be [value, count] runs")
+    return np.repeat(*np.asarray(runs, dtype=np.int64).reshape(-1, 2).T)
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,6 +154,7 @@ def scan_shard(path: str, url: str) -> ShardIndex:
     member_ext: list[int] = []
     offsets: list[int] = []
     sizes: list[int] = []
+    headers: list[int] = []
     current: set[str] = set()
     with open(path, "rb") as f:
         magic = f.read(8)
@@ -168,6 +191,7 @@ def scan_shard(path: str, url: str) -> ShardIndex:
                 member_ext.append(exts.setdefault(ext, len(exts)))
                 offsets.append(info.offset_data)
                 sizes.append(info.size)
+                headers.append(info.offset_data - info.offset)
                 tar.members = []  # type: ignore[attr-defined]  # not in typeshed; keeps memory flat
             end = tar.offset
         f.seek(end)
@@ -183,6 +207,8 @@ def scan_shard(path: str, url: str) -> ShardIndex:
         member_ext=np.asarray(member_ext, dtype=np.int64),
         offsets=np.asarray(offsets, dtype=np.int64),
         sizes=np.asarray(sizes, dtype=np.int64),
+        headers=np.asarray(headers, dtype=np.int64),
+        end=end,
     )
 
 
@@ -196,14 +222,14 @@ def _sample_members(tar: tarfile.TarFile, url: str) -> Iterator[tarfile.TarInfo]
         if info is None:
             return
         name = info.name
-        if not info.isreg() or (name.startswith("__") and name.endswith("__") and "/" not in name):
+        if _tarcheck.ignored(info):
             continue
         if info.issparse():
             raise ValueError(
                 f"shard {url}: member {name!r} is a sparse file, whose bytes are not stored "
                 "contiguously; rewrite the shard without sparse members"
             )
-        if not _SKIP_META.match(name):
+        if not _tarcheck.SKIP_META.match(name):
             yield info
 
 
@@ -256,7 +282,7 @@ def load_or_build(
     ipath = index_path(path, index_dir)
     old = None if force else _read_index(ipath)
     if old is not None and (old.size, old.mtime_ns) == (st.st_size, st.st_mtime_ns):
-        problem = _tarcheck.index_problem(old)
+        problem = _tarcheck.index_problem(old) or _tarcheck.unlisted_member(path, old)
         if problem is None:
             return old
         if not rebuild:

@@ -51,6 +51,36 @@ def check_bool(value: Any, name: str, where: str) -> bool:
     return bool(value)
 
 
+def _already_split(dataset: Any, n: int, num_replicas: int) -> str | None:
+    """A warning when ``dataset`` looks like one rank's part of a Hugging Face ``datasets``
+    split (``split_dataset_by_node``), which the sampler would split again; else None.
+
+    It holds ``len(split) / num_replicas`` samples (rounded either way) of the split its info
+    records; read with ``getattr`` only, so ``datasets`` is never imported.
+    """
+    if num_replicas < 2 or not type(dataset).__module__.startswith("datasets."):
+        return None
+    name = getattr(dataset, "split", None)
+    splits = getattr(getattr(dataset, "info", None), "splits", None)
+    whole = splits.get(str(name)) if name is not None and isinstance(splits, dict) else None
+    total = getattr(whole, "num_examples", None)
+    if (
+        not isinstance(total, int)
+        or total <= n
+        or n not in (total // num_replicas, -(-total // num_replicas))
+    ):
+        return None
+    return (
+        f"DistributedSampler: with num_replicas={num_replicas} the dataset must be the whole "
+        f"split, which the sampler divides among the ranks; got {n} of the {total} examples of "
+        f"split {str(name)!r}, as datasets.distributed.split_dataset_by_node(..., "
+        f"world_size={num_replicas}) leaves it, so the ranks together would see only "
+        f"1/{num_replicas} of the split per epoch; pass the unsplit dataset and let the sampler "
+        f"split it (it resumes on any world size), or keep split_dataset_by_node and pass "
+        f"num_replicas=1, rank=0"
+    )
+
+
 class DistributedSampler(torch.utils.data.Sampler[int]):
     """Drop-in for ``torch.utils.data.DistributedSampler``, seekable in O(1).
 
@@ -96,6 +126,9 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self._seekdata_view: tuple[bool, bool, int] | None = None
 
     def _shard(self, num_replicas: int, rank: int) -> None:
+        split = _already_split(self.dataset, self.n, num_replicas)
+        if split is not None:
+            warnings.warn(split, stacklevel=3)
         self.num_replicas, self.rank = num_replicas, rank
         self.num_samples = self.local_len(0)
         self.total_size = self.num_samples * self.num_replicas

@@ -103,7 +103,16 @@ def _unsafe_globals(path: str, exc: Exception) -> list[str]:
     try:
         return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
     except Exception:  # an older torch or a legacy-format file: take them from the error
-        return re.findall(r"GLOBAL (\S+) was not an allowed global", str(exc))
+        found = (m.group(1) or m.group(2) for m in _REFUSED.finditer(str(exc)))
+        return list(dict.fromkeys(found))
+
+
+# how torch's weights_only unpickler names what it refused: a global it does not allow, one
+# from a module it blocks (os, subprocess…), or an object of a class it may not build
+_REFUSED = re.compile(
+    r"GLOBAL (\S+) (?:was not an allowed global|whose module \S+ is blocked)"
+    r"|but got <class '([^']+)'>"
+)
 
 
 def _plain_pickle_message(path: str, names: list[str]) -> str:
@@ -120,8 +129,8 @@ def _pickled_message(path: str, names: list[str]) -> str:
     return (
         f"{path} must hold only tensors and plain containers (dict, list, int, str…) to be "
         f"inspected; it contains pickled objects ({some(names)}) whose loading would run their "
-        f"code, and seekdata will not execute them; save seekdata states as the plain dicts "
-        f"state_dict() returns, or, if you trust the file, load it with "
+        f"code, so it is refused unread: seekdata will not execute them; save seekdata states "
+        f"as the plain dicts state_dict() returns, or, if you trust the file, load it with "
         f"torch.load(weights_only=False) and json.dump the states you want to inspect"
     )
 

@@ -210,23 +210,35 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     else:
         kills = sorted(args.kill_at)
     print(
-        f"uninterrupted job: {args.ranks} ranks × {args.workers} workers, {args.steps} steps "
-        f"({EPOCH_STEPS_HINT}: {args.n // (args.batch_size * args.ranks)})",
+        f"uninterrupted job: {_count(args.ranks, 'rank')} × {_count(args.workers, 'worker')}, "
+        f"{args.steps} steps ({EPOCH_STEPS_HINT}: {args.n // (args.batch_size * args.ranks)})",
         flush=True,
     )
     _wait(_launch(args, ref_dir, args.workers), ref_dir, args.timeout, None)
     workers = args.workers
     for k in kills:
-        print(f"interrupted job: {workers} workers, SIGKILL after step {k}", flush=True)
+        print(f"interrupted job: {_count(workers, 'worker')}, SIGKILL after step {k}", flush=True)
         _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, k)
         workers = args.resume_workers if workers == args.workers else args.workers
-    print(f"resubmitted job: {workers} workers, from the last checkpoint to the end", flush=True)
+    print(
+        f"resubmitted job: {_count(workers, 'worker')}, from the last checkpoint to the end",
+        flush=True,
+    )
     _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, None)
 
     ref, cut = _losses(ref_dir, args.ranks), _losses(cut_dir, args.ranks)
     final_ref = torch.load(ref_dir / "final.pt", weights_only=True)
     final_cut = torch.load(cut_dir / "final.pt", weights_only=True)
     params_equal = all(torch.equal(final_ref[k], final_cut[k]) for k in final_ref)
+    return report(args, ref, cut, kills, params_equal)
+
+
+def report(
+    args: argparse.Namespace, ref: Losses, cut: Losses, kills: list[int], params_equal: bool
+) -> dict[str, Any]:
+    """Compare the runs' losses, print the table and the verdict, write the summary and the
+    plot (when matplotlib is installed) under ``args.out``; returns the summary."""
+    out = Path(args.out)
     losses_equal = all(ref[r] == cut[r] for r in range(args.ranks))
     _table(ref, cut, kills)
     summary = {
@@ -240,14 +252,19 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "losses": {"uninterrupted": ref, "interrupted": cut},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    _plot(ref, cut, kills, out / "losses.png")
+    written = [out / "losses.png"] if _plot(ref, cut, kills, out / "losses.png") else []
+    written.append(out / "summary.json")
     verdict = "BIT-IDENTICAL" if losses_equal and params_equal else "DIFFERENT"
     print(
-        f"\nper-step losses on all {args.ranks} ranks equal: {losses_equal}; final parameters "
+        f"\nper-step losses on every rank ({args.ranks}) equal: {losses_equal}; final parameters "
         f"torch.equal: {params_equal} -> {verdict}\n"
-        f"wrote {out / 'losses.png'} and {out / 'summary.json'}"
+        f"wrote {' and '.join(map(str, written))}"
     )
     return summary
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 Losses = list[dict[int, float]]
@@ -268,15 +285,16 @@ def _table(ref: Losses, cut: Losses, kills: list[int]) -> None:
         print(f"{step:>4} | {cells} {'==' if same else '!='}{mark}")
 
 
-def _plot(ref: Losses, cut: Losses, kills: list[int], path: Path) -> None:
+def _plot(ref: Losses, cut: Losses, kills: list[int], path: Path) -> bool:
+    """Draw the losses to ``path``; False, saying so, when matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - matplotlib is in the bench/test extras
-        print("matplotlib is not installed: no plot (pip install matplotlib)")
-        return
+    except ImportError:
+        print("no plot: matplotlib is not installed (pip install 'seekdata[demo]' for the plot)")
+        return False
     fig, ax = plt.subplots(figsize=(8, 4))
     for r in range(len(ref)):
         steps = sorted(ref[r])
@@ -293,6 +311,7 @@ def _plot(ref: Losses, cut: Losses, kills: list[int], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

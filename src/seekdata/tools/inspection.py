@@ -208,7 +208,7 @@ def format_state(d: dict[str, Any]) -> str:
         ("position", _position_line(d)),
     ]
     if d["kind"] == "loader":
-        rows += [("step", f"{d['step']} (batch size {d['batch_size']})")]
+        rows += [("step", f"{d['step']} in the epoch (batch size {d['batch_size']})")]
     rows += [("world size", d["world_size"]), ("fingerprint", f"{d['fingerprint']}  ({stream})")]
     if d["problem"]:
         rows.append(("problem", d["problem"]))

@@ -6,7 +6,8 @@ dataset and runs seekdata's ``StatefulDataLoader``, torch's ``DataLoader`` and t
 each alike. With CUDA, each batch is also moved with ``.to("cuda", non_blocking=True)``. It then
 times ``load_state_dict`` -> first batch against the position resumed from (torch's DataLoader:
 iterate and discard the consumed batches), and the cost and size of ``state_dict()``. Table on
-stdout, progress bar on stderr, JSON and a PNG plot at ``--out``.
+stdout, progress bar on stderr, JSON and a PNG plot at ``--out`` (the plot needs matplotlib, the
+``bench`` extra; without it the command says so first and writes the rest).
 
 The module is also the harness of the scripts in ``benchmarks/`` (timing, interleaving, tables,
 JSON, plots), so the figures in the docs and ``seekdata bench`` share one implementation.
@@ -18,6 +19,7 @@ import argparse
 import math
 import os
 import pathlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -196,6 +198,10 @@ def _run(args: argparse.Namespace) -> int:
     cpus = os.cpu_count() or 1
     quick = args.quick
     notes: list[str] = []
+    plot = _can_plot()
+    if not plot:  # said before the run, so that nobody waits for a plot that will not come
+        notes.append(_NO_PLOT)
+        print(f"seekdata bench: {_NO_PLOT}", file=sys.stderr, flush=True)
     workers = args.workers or [w for w in ((0, 1) if quick else (0, 1, 2, 4, 8, 16)) if w <= cpus]
     if args.workers is None and not quick:
         notes.append(f"num_workers capped at os.cpu_count() = {cpus}; pass --workers to override")
@@ -318,8 +324,23 @@ def _run(args: argparse.Namespace) -> int:
     }
     write(args.out, "seekdata bench", None, config=config, throughput=throughput, resume=resume,
           state=state, notes=notes)  # fmt: skip
-    _plot(args.out.with_suffix(".png"), throughput, resume)
+    if plot:
+        _plot(args.out.with_suffix(".png"), throughput, resume)
     return 0
+
+
+_NO_PLOT = (
+    "no plot: matplotlib is not installed; the table and the JSON are written without it "
+    "(pip install 'seekdata[bench]' for the plot)"
+)
+
+
+def _can_plot() -> bool:
+    try:
+        pyplot()
+    except ImportError:
+        return False
+    return True
 
 
 def _resume_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
