@@ -13,6 +13,8 @@ import json
 import os
 import pathlib
 import pickle
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -472,3 +474,22 @@ def test_seekdata_index_errors_for_token_files(
     assert "cannot occur in uint16" in error("--eos-id", "70000", name)
     assert "--allow-pipe is for tar shards" in error("--eos-id", "1", "--allow-pipe", name)
     assert main(["index", "--eos-id", "1", "--vocab-size", "2000", name]) == 0
+
+
+def test_the_benchmark_script_runs_and_writes_its_tables(tmp_path: pathlib.Path) -> None:
+    """benchmarks/tokens.py --quick: the tables the docs cite, JSON and a plot; no timing."""
+    out, script = tmp_path / "tokens.json", HERE.parent / "benchmarks" / "tokens.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    packing = {r["packer"]: r["sequences"] for r in result["packing"]}
+    bound = packing["lower bound: ceil(tokens / seq_len)"]
+    assert bound <= packing["seekdata PackedDocuments (BFD, blocks of 65,536)"] < 1.02 * bound
+    assert [r["boundaries from"] for r in result["setup"]] == [
+        "document_ends (in memory)",
+        "boundary index on disk",
+    ]
+    assert "published, not measured here" in done.stdout and out.with_suffix(".png").exists()

@@ -181,9 +181,10 @@ class TokenReader:
 
     def tokens(self, k: int) -> np.ndarray:
         """All tokens of file ``k``, memory-mapped (opened on first use in this process)."""
+        if self._pid != os.getpid():  # a forked worker: its own maps, and its own lock (the
+            self._lock = threading.Lock()  # parent's may have been held by another thread)
+            self._maps, self._pid = OrderedDict(), os.getpid()
         with self._lock:
-            if self._pid != os.getpid():  # a forked worker: map its own
-                self._maps, self._pid = OrderedDict(), os.getpid()
             tokens = self._maps.get(k)
             if tokens is not None:
                 self._maps.move_to_end(k)
