@@ -41,6 +41,7 @@ NAMESPACES = [
     "seekdata.preemption",
     "seekdata.rng",
     "seekdata.testing",
+    "seekdata.tokens",
     "seekdata.training",
     "seekdata.transforms",
     "seekdata.wds",
@@ -156,7 +157,7 @@ def test_the_core_imports_neither_the_tools_nor_the_integrations() -> None:
         "import sys\n"
         "import seekdata, seekdata.rng, seekdata.order, seekdata.sampler, seekdata.loader\n"
         "import seekdata.state, seekdata.checkpoint, seekdata.wds, seekdata.transforms\n"
-        "import seekdata.training, seekdata.preemption, seekdata.testing\n"
+        "import seekdata.training, seekdata.preemption, seekdata.testing, seekdata.tokens\n"
         "print(sorted(m for m in sys.modules if m.startswith(('seekdata.tools', "
         "'seekdata.integrations', 'accelerate', 'transformers', 'lightning'))))\n"
     )

@@ -10,6 +10,7 @@ parser is registered; none of them imports this module.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -25,11 +26,13 @@ _Subparsers = Any  # argparse's _SubParsersAction is private
 def _add_index(subparsers: _Subparsers) -> None:
     parser = subparsers.add_parser(
         "index",
-        help="build the byte-offset indexes of webdataset tar shards",
+        help="build the indexes of webdataset tar shards, or of token files (--eos-id)",
         description=(
             "Build the index TarShards uses for random access, for every shard the patterns "
             "name: <shard>.seekdata-index.json beside each shard, or under --index-dir. "
-            "Up-to-date indexes are kept; a shard that changed since indexing is an error "
+            "With --eos-id, the files are token files instead, and the index is the document "
+            "boundaries seekdata.tokens.PackedDocuments reads: <file>.seekdata-docs. "
+            "Up-to-date indexes are kept; a file that changed since indexing is an error "
             "unless --force."
         ),
     )
@@ -58,6 +61,27 @@ def _add_index(subparsers: _Subparsers) -> None:
         metavar="N",
         help="processes scanning shards at once (default 1)",
     )
+    tokens = parser.add_argument_group(
+        "token files", "index flat token files (raw binaries or .npy) instead of tar shards"
+    )
+    tokens.add_argument(
+        "--eos-id",
+        type=int,
+        metavar="ID",
+        help="the end-of-document token: index the files' document boundaries",
+    )
+    tokens.add_argument(
+        "--dtype",
+        default="uint16",
+        metavar="DTYPE",
+        help="the token files' integer dtype (default uint16)",
+    )
+    tokens.add_argument(
+        "--vocab-size",
+        type=int,
+        metavar="N",
+        help="refuse a file holding a token id outside [0, N)",
+    )
     parser.set_defaults(run=_run_index)
 
 
@@ -67,6 +91,14 @@ def _run_index(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     urls = [url for pattern in args.urls for url in _shardurls.expand_urls(pattern)]
+    if args.eos_id is not None:
+        return _run_index_tokens(args, urls)
+    tokens = [url for url in urls if url.endswith(_TOKEN_SUFFIXES)]
+    if tokens or args.vocab_size is not None:
+        raise ValueError(
+            f"{tokens[0] if tokens else '--vocab-size'}: token files are indexed by their "
+            "end-of-document token; pass --eos-id ID (and --dtype if not uint16)"
+        )
     shards = _tarindex.index_shards(
         urls,
         index_dir=args.index_dir,
@@ -81,13 +113,56 @@ def _run_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress_bar(items: Iterator[_T], total: int) -> Iterator[_T]:
+#: File names that are token files, not tar shards, when given without ``--eos-id``.
+_TOKEN_SUFFIXES = (".bin", ".npy", ".u16", ".u32")
+
+
+def _run_index_tokens(args: argparse.Namespace, names: list[str]) -> int:
+    import numpy as np
+
+    from seekdata import _tokenfiles, _tokenindex
+
+    if args.allow_pipe:
+        raise ValueError("--allow-pipe is for tar shards; token files are read in place")
+    try:
+        named = np.dtype(args.dtype)
+    except TypeError as exc:
+        raise ValueError(
+            f"--dtype must name a numpy integer dtype such as uint16; got {args.dtype!r}"
+        ) from exc
+    dtype = _tokenfiles.check_dtype(named, "--dtype")
+    if args.vocab_size is not None and args.vocab_size < 1:
+        raise ValueError(f"--vocab-size must be at least 1, got {args.vocab_size}")
+    info = np.iinfo(dtype)
+    if not info.min <= args.eos_id <= info.max:
+        raise ValueError(f"--eos-id {args.eos_id} cannot occur in {dtype} token files")
+    indexed = _tokenindex.index_files(
+        names,
+        dtype=dtype,
+        eos_id=args.eos_id,
+        vocab_size=args.vocab_size,
+        index_dir=args.index_dir,
+        force=args.force,
+        jobs=args.jobs,
+        progress=functools.partial(_progress_bar, unit="file"),
+    )
+    documents = sum(i.documents for i in indexed)
+    tokens = sum(i.tokens for i in indexed)
+    where = args.index_dir if args.index_dir is not None else "beside the files"
+    print(
+        f"indexed {len(indexed)} token files, {tokens} tokens, {documents} documents; "
+        f"indexes {where}"
+    )
+    return 0
+
+
+def _progress_bar(items: Iterator[_T], total: int, unit: str = "shard") -> Iterator[_T]:
     try:
         from tqdm import tqdm
     except ImportError:  # tqdm is optional: no bar
         yield from items
         return
-    bar = tqdm(total=total, unit="shard", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)
     try:
         for item in items:
             bar.update(1)

@@ -1,0 +1,220 @@
+"""Flat token files for :mod:`seekdata.tokens`: described once, read through ``np.memmap``.
+
+A token file is a flat array of token ids of one integer dtype: a raw binary (nanoGPT's
+``train.bin``, a ``.u16``, OLMo's header-less ``.npy`` memmaps), or a file written by
+``np.save`` — a name ending in ``.npy`` that starts with numpy's magic string, whose header
+gives the dtype (it must be ``dtype=``) and where the tokens start. Several files are read as
+their concatenation, in the order given; every position here is a token position in it.
+
+Each file is described once (size, mtime, tokens) and refused clearly when it cannot be a
+token file of that dtype: empty, a size that is not a whole number of tokens, a ``.npy`` of
+another dtype or truncated. A process opens its memmaps lazily (at most
+:data:`MAX_OPEN_FILES` at once) and checks each file's size and mtime when it opens it, so a
+file rewritten after the dataset was built is an error, not other tokens.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import stat
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Most token files one process keeps mapped at once (least recently read ones are dropped).
+MAX_OPEN_FILES = 128
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def check_dtype(dtype: Any, where: str) -> np.dtype[Any]:
+    """``dtype`` as a numpy integer dtype, or a TypeError saying which ones are accepted."""
+    try:
+        out = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"{where}: dtype must be a numpy integer dtype; got {dtype!r}") from exc
+    if out.kind not in "ui":
+        raise TypeError(
+            f"{where}: dtype must be an integer dtype such as np.uint16 or np.uint32; got "
+            f"{out}; token ids are integers"
+        )
+    return out
+
+
+def expand_files(files: Any, where: str) -> list[str]:
+    """Paths from one path, a brace pattern (``"train-{00..09}.bin"``), or a list of paths."""
+    if isinstance(files, str):
+        import braceexpand  # a webdataset dependency; only for patterns
+
+        names = list(braceexpand.braceexpand(files))
+    elif isinstance(files, os.PathLike):
+        names = [os.fspath(files)]
+    elif isinstance(files, Sequence) and not isinstance(files, bytes | bytearray):
+        names = [os.fspath(f) if isinstance(f, os.PathLike) else f for f in files]
+    else:
+        raise TypeError(
+            f"{where}: files must be a path, a brace pattern such as 'train-{{00..09}}.bin', or "
+            f"a list of paths; got {type(files).__name__}"
+        )
+    bad = [n for n in names if not isinstance(n, str) or not n]
+    if bad or not names:
+        raise ValueError(
+            f"{where}: files must name at least one token file, each a non-empty path; got "
+            f"{files!r}; pass e.g. 'train.bin' or ['a.bin', 'b.bin']"
+        )
+    return names
+
+
+@dataclass(frozen=True)
+class TokenFile:
+    """One token file as described when the dataset was built."""
+
+    name: str  #: as given
+    path: str  #: absolute: a later chdir does not change which file a worker opens
+    offset: int  #: bytes before the first token (a ``.npy`` header; 0 for raw files)
+    tokens: int  #: number of tokens
+    size: int  #: file size in bytes when described
+    mtime_ns: int  #: file mtime when described
+
+
+def describe(name: str, dtype: np.dtype[Any]) -> TokenFile:
+    """Stat and check one token file; a ``ValueError`` naming it when it cannot be one."""
+    try:
+        st = os.stat(name)
+    except FileNotFoundError as exc:
+        raise ValueError(f"token file {name} does not exist; check the path") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"token file {name}: expected a file, got a directory or device")
+    offset = _npy_offset(name, dtype, st.st_size) if name.endswith(".npy") else 0
+    body = st.st_size - offset
+    if body % dtype.itemsize:
+        raise ValueError(
+            f"token file {name}: {body} bytes of tokens is not a whole number of {dtype} tokens "
+            f"({dtype.itemsize} bytes each); the file is truncated or holds another dtype; "
+            f"pass dtype= the dtype it was written with"
+        )
+    if body == 0:
+        raise ValueError(f"token file {name} holds no tokens (it is empty); drop it from files")
+    return TokenFile(
+        name, os.path.abspath(name), offset, body // dtype.itemsize, st.st_size, st.st_mtime_ns
+    )
+
+
+def _npy_offset(name: str, dtype: np.dtype[Any], size: int) -> int:
+    """Bytes before the data of a ``np.save`` file; 0 for a raw file named ``.npy``."""
+    fmt = np.lib.format
+    with open(name, "rb") as f:
+        if f.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+            return 0  # OLMo writes its token arrays with np.memmap: no header
+        f.seek(0)
+        try:
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, descr = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, descr = fmt.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy format version {version}")
+        except ValueError as exc:
+            raise ValueError(
+                f"token file {name}: starts like a .npy file but its header cannot be read "
+                f"({exc}); rewrite it with np.save, or give it a raw name (e.g. .bin)"
+            ) from exc
+        offset = f.tell()
+    if descr != dtype:
+        raise ValueError(
+            f"token file {name} is a .npy array of {descr}, but dtype={dtype}; pass "
+            f"dtype={descr.str!r} (all files of a dataset share one dtype)"
+        )
+    if fortran and len(shape) > 1:
+        raise ValueError(
+            f"token file {name} is a Fortran-ordered {len(shape)}-d array: its tokens are not "
+            f"stored in order; save it as np.ascontiguousarray(tokens).ravel()"
+        )
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size != expected:
+        raise ValueError(
+            f"token file {name}: its .npy header declares shape {shape} ({expected} bytes in "
+            f"all) but the file has {size} bytes; it is truncated or was appended to; rewrite it"
+        )
+    return offset
+
+
+class TokenReader:
+    """The concatenation of token files, read by position; picklable, fork-safe."""
+
+    def __init__(self, files: Sequence[TokenFile], dtype: np.dtype[Any]) -> None:
+        self.files = list(files)
+        self.dtype = dtype
+        starts = [0]
+        for f in self.files:
+            starts.append(starts[-1] + f.tokens)
+        self.starts = starts  #: first position of each file, then the total
+        self._lock = threading.Lock()
+        self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._pid = os.getpid()
+
+    @property
+    def total(self) -> int:
+        return self.starts[-1]
+
+    def file_at(self, position: int) -> int:
+        """The file that holds token ``position`` (``0 <= position < total``)."""
+        return bisect.bisect_right(self.starts, position) - 1
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the concatenation: a view of one memmap, or a copy."""
+        k = bisect.bisect_right(self.starts, start) - 1
+        base = self.starts[k]
+        if stop <= self.starts[k + 1]:
+            return self.tokens(k)[start - base : stop - base]
+        parts = []
+        while start < stop:  # a read across files: their tokens in order
+            end = min(stop, self.starts[k + 1])
+            parts.append(self.tokens(k)[start - self.starts[k] : end - self.starts[k]])
+            start, k = end, k + 1
+        return np.concatenate(parts)
+
+    def tokens(self, k: int) -> np.ndarray:
+        """All tokens of file ``k``, memory-mapped (opened on first use in this process)."""
+        if self._pid != os.getpid():  # a forked worker: its own maps, and its own lock (the
+            self._lock = threading.Lock()  # parent's may have been held by another thread)
+            self._maps, self._pid = OrderedDict(), os.getpid()
+        with self._lock:
+            tokens = self._maps.get(k)
+            if tokens is not None:
+                self._maps.move_to_end(k)
+                return tokens
+            tokens = self._maps[k] = self._open(self.files[k])
+            if len(self._maps) > MAX_OPEN_FILES:
+                self._maps.popitem(last=False)  # views handed out keep their own mapping
+            return tokens
+
+    def _open(self, f: TokenFile) -> np.ndarray:
+        try:
+            st = os.stat(f.path)
+        except OSError as exc:
+            raise ValueError(f"token file {f.name}: cannot open {f.path} ({exc})") from exc
+        if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
+            raise ValueError(
+                f"token file {f.name} changed after this dataset read it (size {f.size} → "
+                f"{st.st_size} bytes); its positions may now hold other tokens; build the "
+                f"dataset again"
+            )
+        mapped = np.memmap(f.path, dtype=self.dtype, mode="r", offset=f.offset, shape=(f.tokens,))
+        return mapped.view(np.ndarray)  # plain slices (a memmap subclass is slower to slice)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"], state["_maps"]  # mappings stay with their process
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._maps = OrderedDict()
+        self._pid = os.getpid()
