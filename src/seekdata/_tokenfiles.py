@@ -47,9 +47,16 @@ def check_dtype(dtype: Any, where: str) -> np.dtype[Any]:
 
 def expand_files(files: Any, where: str) -> list[str]:
     """Paths from one path, a brace pattern (``"train-{00..09}.bin"``), or a list of paths."""
-    if isinstance(files, str):
-        import braceexpand  # a webdataset dependency; only for patterns
-
+    if isinstance(files, str) and "{" not in files:
+        names = [files]
+    elif isinstance(files, str):
+        try:
+            import braceexpand  # a webdataset dependency, only for patterns
+        except ImportError as e:
+            raise ImportError(
+                f"{where}: a brace pattern needs the braceexpand package; got {files!r}; "
+                f"pip install 'seekdata[webdataset]' (or braceexpand), or pass a list of paths"
+            ) from e
         names = list(braceexpand.braceexpand(files))
     elif isinstance(files, os.PathLike):
         names = [os.fspath(files)]

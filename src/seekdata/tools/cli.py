@@ -86,13 +86,17 @@ def _add_index(subparsers: _Subparsers) -> None:
 
 
 def _run_index(args: argparse.Namespace) -> int:
-    from seekdata import _shardurls, _tarindex
-
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.eos_id is not None:  # token files: the core install suffices (no webdataset)
+        from seekdata import _tokenfiles
+
+        where = "seekdata index"
+        names = [n for pattern in args.urls for n in _tokenfiles.expand_files(pattern, where)]
+        return _run_index_tokens(args, names)
+    from seekdata import _shardurls, _tarindex
+
     urls = [url for pattern in args.urls for url in _shardurls.expand_urls(pattern)]
-    if args.eos_id is not None:
-        return _run_index_tokens(args, urls)
     tokens = [url for url in urls if url.endswith(_TOKEN_SUFFIXES)]
     if tokens or args.vocab_size is not None:
         raise ValueError(
