@@ -17,50 +17,65 @@ The epoch changes in three ways only:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from seekdata import state as S
 from seekdata.rng import check_counter
 
-__all__ = ["Cursor"]
+__all__ = ["Cursor", "Now"]
+
+
+class Now(NamedTuple):
+    """Where a cursor stands: one immutable value, replaced whole at every move, so a reader on
+    another thread (an async checkpoint calling ``state_dict()``) never sees half a move."""
+
+    epoch: int = 0
+    position: int = 0
+    origin: int = 0  # where this partition of the epoch began: padding repeats from here
+    step: int = 0  # batches this rank consumed in the epoch (loaders only)
+    exhausted: bool = False  # this epoch's iterator finished: the next begin() may roll over
+    skips: tuple[tuple[int, int], ...] = ()  # global-step ranges [start, stop) never handed out
 
 
 class Cursor:
-    """(epoch, position, origin, step, exhausted) and the rules that move them."""
+    """(epoch, position, origin, step, exhausted, skips) and the rules that move them."""
 
     def __init__(self, end: int) -> None:
         self.end = end  # the position that means "the epoch ended" (the dataset length)
-        self.epoch = 0
-        self.position = 0
-        self.origin = 0  # where this partition of the epoch began: padding repeats from here
-        self.step = 0  # batches this rank consumed in the epoch (loaders only)
-        self.exhausted = False  # this epoch's iterator finished: the next begin() may roll over
+        self.now = Now()
         self._explicit = False  # set_epoch/seek since the last begin(): an end is kept
         self._restored: int | None = None  # the epoch a state restored, until set_epoch
-        self.skips: list[list[int]] = []  # global-step ranges [start, stop) never handed out
+
+    # one field each, read from the current value
+    epoch = property(lambda self: self.now.epoch)
+    position = property(lambda self: self.now.position)
+    origin = property(lambda self: self.now.origin)
+    step = property(lambda self: self.now.step)
+    exhausted = property(lambda self: self.now.exhausted)
+    skips = property(lambda self: self.now.skips)
 
     @property
     def ended(self) -> bool:
         """Every position of the epoch is consumed."""
-        return self.position >= self.end
+        return self.now.position >= self.end
 
     def next_start(self) -> tuple[int, int]:
         """(epoch, position) the next :meth:`begin` starts from; moves nothing."""
-        if self.ended and self.exhausted and not self._explicit:
-            return self.epoch + 1, 0
-        return self.epoch, self.position
+        now = self.now
+        if now.position >= self.end and now.exhausted and not self._explicit:
+            return now.epoch + 1, 0
+        return now.epoch, now.position
 
     def begin(self) -> bool:
         """Apply the epoch-end rules at ``iter()``; True when the epoch rolled over."""
-        rolled = self.ended and self.exhausted and not self._explicit
+        now = self.now
+        rolled = now.position >= self.end and now.exhausted and not self._explicit
         if rolled:
-            self._enter(self.epoch + 1)
-        self._explicit = self.exhausted = False
+            self.now = Now(now.epoch + 1, skips=now.skips)
+        elif now.exhausted:
+            self.now = now._replace(exhausted=False)
+        self._explicit = False
         return rolled
-
-    def _enter(self, epoch: int) -> None:
-        self.epoch, self.position, self.origin, self.step = epoch, 0, 0, 0
-        self.exhausted = False
 
     def set_epoch(self, epoch: int, where: str, stacklevel: int = 2) -> bool:
         """Move to (epoch, 0), or keep the position in ``epoch``; True when the epoch changed.
@@ -69,62 +84,78 @@ class Cursor:
         epoch = check_counter(epoch, "epoch", where)
         S.warn_rewind(where, epoch, self._restored, stacklevel=stacklevel + 2)
         self._restored = None
-        changed = epoch != self.epoch
+        changed = epoch != self.now.epoch
         if changed:
-            self._enter(epoch)
+            self.now = Now(epoch, skips=self.now.skips)
         self._explicit = True
         return changed
 
     def seek(self, position: int, epoch: int | None = None, step: int | None = None) -> None:
         """An explicit move to ``position`` of ``epoch`` (the current one by default): the
         partition restarts from the epoch's head; an end stays an end until ``set_epoch``."""
-        if epoch is not None:
-            self.epoch = epoch
-        self.position, self.origin = position, 0
-        if step is not None:
-            self.step = step
+        now = self.now
+        self.now = now._replace(
+            epoch=now.epoch if epoch is None else epoch,
+            position=position,
+            origin=0,
+            step=now.step if step is None else step,
+        )
         self._explicit = True
 
     def advance(self, position: int, step: int | None = None) -> None:
         """Samples were handed out: the cursor is now at ``position`` (and ``step``)."""
-        self.position = position
-        if step is not None:
-            self.step = step
+        now = self.now
+        self.now = now._replace(position=position, step=now.step if step is None else step)
 
     def finish(self) -> None:
         """The epoch's iterator finished: every position is consumed."""
-        self.position, self.exhausted = self.end, True
+        self.now = self.now._replace(position=self.end, exhausted=True)
 
-    def fields(self) -> dict[str, Any]:
-        """The cursor's part of a state (without the step, which only loaders save)."""
+    def fields(self, now: Now | None = None) -> dict[str, Any]:
+        """The cursor's part of a state (without the step, which only loaders save), from one
+        value of the cursor (``now``: the current one)."""
+        now = self.now if now is None else now
         return {
-            S.K_EPOCH: self.epoch,
-            S.K_POSITION: self.position,
-            S.K_EXHAUSTED: self.exhausted and self.ended,
+            S.K_EPOCH: now.epoch,
+            S.K_POSITION: now.position,
+            S.K_EXHAUSTED: now.exhausted and now.position >= self.end,
         }
 
     def add_skip(self, start: int, stop: int) -> None:
         """Never hand out global steps ``[start, stop)``: merged into :attr:`skips` (sorted,
         disjoint), which the state records."""
         merged: list[list[int]] = []
-        for a, b in sorted([*self.skips, [start, stop]]):
+        for a, b in sorted([*map(list, self.now.skips), [start, stop]]):
             if merged and a <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], b)
             else:
                 merged.append([a, b])
-        self.skips = merged
+        self.now = self.now._replace(skips=tuple((a, b) for a, b in merged))
 
-    def origin_field(self) -> int:
-        return self.origin if not self.ended else 0
+    def origin_field(self, now: Now | None = None) -> int:
+        now = self.now if now is None else now
+        return now.origin if now.position < self.end else 0
 
     def restore(
-        self, epoch: int, position: int, exhausted: bool, origin: int = 0, step: int = 0
+        self,
+        epoch: int,
+        position: int,
+        exhausted: bool,
+        origin: int = 0,
+        step: int = 0,
+        skips: Any = (),
     ) -> None:
         """Move to a validated state; a ``set_epoch`` below its epoch will warn."""
-        self.epoch, self.step = epoch, step
-        self.position = min(position, self.end)
-        self.origin = min(origin, self.position) if not self.ended else 0
-        self.exhausted = exhausted and self.ended
+        position = min(position, self.end)
+        ended = position >= self.end
+        self.now = Now(
+            epoch,
+            position,
+            min(origin, position) if not ended else 0,
+            step,
+            exhausted and ended,
+            tuple((int(a), int(b)) for a, b in skips),
+        )
         self._explicit = False
         self._restored = epoch
 
@@ -132,7 +163,7 @@ class Cursor:
         """The same cursor over an epoch of ``end`` positions (a dataset whose length changed,
         between epochs): at the end if this one was, else at the start."""
         new = Cursor(end)
-        new.epoch, new.exhausted, new._explicit = self.epoch, self.exhausted, self._explicit
-        new.skips = self.skips
-        new.position = end if self.ended else 0
+        now = self.now
+        new.now = Now(now.epoch, end if self.ended else 0, 0, 0, now.exhausted, now.skips)
+        new._explicit = self._explicit
         return new

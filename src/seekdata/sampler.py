@@ -258,14 +258,16 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """The cursor and the fields that define the stream: JSON-native, the same on every rank."""
+        """The cursor and the fields that define the stream: JSON-native, the same on every rank.
+        One value of the cursor: safe to call from another thread while iterating."""
+        now = self.cursor.now
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "sampler",
-            **self.cursor.fields(),
+            **self.cursor.fields(now),
             **self.stream_fields(),
             S.K_WORLD_SIZE: self.num_replicas,
-            S.K_ORIGIN: self.cursor.origin_field(),
+            S.K_ORIGIN: self.cursor.origin_field(now),
         }
 
     def load_state_dict(self, state: Any, strict: bool = True) -> None:
@@ -293,7 +295,14 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         position = min(position, self.n) if position < state[S.K_N] else self.n
         same_world = state.get(S.K_WORLD_SIZE) == self.num_replicas
         origin = state.get(S.K_ORIGIN, 0) if same_world else position
-        self.cursor.restore(state[S.K_EPOCH], position, bool(state[S.K_EXHAUSTED]), origin, step)
+        self.cursor.restore(
+            state[S.K_EPOCH],
+            position,
+            bool(state[S.K_EXHAUSTED]),
+            origin,
+            step,
+            state.get(S.K_SKIPS, ()),  # a loader's skipped global steps
+        )
 
     def reseed(self, seed: int) -> None:
         """Adopt a checkpoint's seed (a loader's own default sampler, when seed= was not given)."""

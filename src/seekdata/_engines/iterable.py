@@ -210,14 +210,15 @@ class IterableEngine:
     def state_dict(self) -> dict[str, Any]:
         if self._private is None:
             self._private = self._fresh_private()  # the state of the stream iter() would start
+        now = self.cursor.now  # one value of the cursor (state_dict from another thread)
         with self._scope():
             engine = self.engine.state_dict()
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "iterable",
-            S.K_EPOCH: self.cursor.epoch,
+            S.K_EPOCH: now.epoch,
             S.K_POSITION: int(_num_yielded(engine)),
-            S.K_EXHAUSTED: self.cursor.exhausted,
+            S.K_EXHAUSTED: now.exhausted,
             **self.fields(),
             S.K_WORLD_SIZE: _dist.world_size_or_one(),
             K_ENGINE: engine,

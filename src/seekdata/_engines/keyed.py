@@ -16,7 +16,7 @@ import torch.utils.data
 
 from seekdata import preemption, rng
 from seekdata import state as S
-from seekdata._cursor import Cursor
+from seekdata._cursor import Cursor, Now
 from seekdata._fetch import BatchKey, Collate, FailedBatch, KeyedDataset, WorkerInit
 from seekdata._seed import seed_to_adopt
 from seekdata.training import set_step_rng
@@ -122,9 +122,9 @@ class KeyedEngine:
     def load(self, state: Any, step: int) -> None:
         raise NotImplementedError
 
-    def cursor_fields(self) -> dict[str, Any]:
-        """The cursor's part of the state."""
-        return self.cursor.fields()
+    def cursor_fields(self, now: Now) -> dict[str, Any]:
+        """The cursor's part of the state, from one value of the cursor."""
+        return self.cursor.fields(now)
 
     def skip(self, batches: int) -> None:
         raise ValueError(self._cannot_skip("skip"))
@@ -200,15 +200,16 @@ class KeyedEngine:
                 "in_order=False batches reach you out of order, so no cursor says which were "
                 "consumed; pass in_order=True to checkpoint"
             )
+        now = self.cursor.now  # one value: a state_dict() from another thread is never torn
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "loader",
-            **self.cursor_fields(),
-            S.K_STEP: self.cursor.step,
+            **self.cursor_fields(now),
+            S.K_STEP: now.step,
             **self.fields(),
             S.K_WORLD_SIZE: self.world_size(),
-            S.K_ORIGIN: self.cursor.origin_field(),
-            **({S.K_SKIPS: [list(p) for p in self.cursor.skips]} if self.cursor.skips else {}),
+            S.K_ORIGIN: self.cursor.origin_field(now),
+            **({S.K_SKIPS: [list(p) for p in now.skips]} if now.skips else {}),
             **({S.K_DATASET: sig} if (sig := self.signature()) is not None else {}),
         }
 

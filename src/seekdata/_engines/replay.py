@@ -17,7 +17,7 @@ import torch.utils.data
 
 from seekdata import _dist
 from seekdata import state as S
-from seekdata._cursor import Cursor
+from seekdata._cursor import Cursor, Now
 from seekdata._engines.keyed import WHERE, KeyedEngine
 from seekdata._fetch import BatchKey
 
@@ -120,9 +120,9 @@ class ReplayEngine(KeyedEngine):
         if end:
             self.cursor.finish()
 
-    def cursor_fields(self) -> dict[str, Any]:
-        fields = self.cursor.fields()
-        if self.cursor.ended:  # an ended epoch is recorded as n, as before
+    def cursor_fields(self, now: Now) -> dict[str, Any]:
+        fields = self.cursor.fields(now)
+        if now.position >= self.cursor.end:  # an ended epoch is recorded as n, as before
             fields[S.K_POSITION] = self.n
         return fields
 

@@ -317,7 +317,6 @@ class SeekableEngine(KeyedEngine):
 
     def load(self, state: Any, step: int) -> None:
         self.sampler.restore(state, step)
-        self.cursor.skips = [list(pair) for pair in state.get(S.K_SKIPS, [])]
 
     def elastic_batch(self, state: Any, where: str, strict: bool) -> int:
         """Elastic global batch: a state saved with W ranks of B loads on W' ranks of B' when
