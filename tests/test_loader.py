@@ -249,6 +249,37 @@ def test_load_while_an_iterator_is_live_follows_torchdata(workers, persistent) -
     assert batches_equal(ref[1:], list(loader))
 
 
+@pytest.mark.parametrize(("workers", "persistent"), [(0, False), (2, False), (2, True)])
+@pytest.mark.parametrize("iterable", [False, True])
+def test_a_new_iterator_supersedes_the_live_one(workers, persistent, iterable) -> None:
+    """One cursor, one iterator moving it: it2, it1, it2, it1 used to hand out steps 2, 2, 3, 3
+    with the state saying 6 (and a resume skipping 4 and 5). The older iterator now raises,
+    and the state counts exactly the batches handed out."""
+    if iterable:
+        from tests.test_iterable import Stream
+
+        loader = seekdata.StatefulDataLoader(
+            Stream(), batch_size=2, num_workers=workers, persistent_workers=persistent, seed=1
+        )
+        ref = list(seekdata.StatefulDataLoader(Stream(), batch_size=2, num_workers=workers, seed=1))
+    else:
+        loader = make(num_workers=workers, persistent_workers=persistent)
+        ref = list(make())
+    first = iter(loader)
+    got = [next(first), next(first)]
+    second = iter(loader)  # continues from the cursor: step 2
+    with pytest.raises(RuntimeError, match=r"replaced by a later iter\(\)"):
+        next(first)
+    got.append(next(second))
+    if iterable:  # a stream cannot seek: a new iter() starts the epoch over, as torch's does
+        ids = [b["k"].tolist() for b in got + list(second)]  # (persistent workers' RNG goes on)
+        assert ids == [b["k"].tolist() for b in ref[:2] + ref]
+        return
+    assert loader.state_dict()["step"] == 3
+    got += list(second)
+    assert batches_equal(ref, got)
+
+
 def test_a_world_size_or_worker_change_is_accepted() -> None:
     state = make().state_dict()
     state["world_size"] = 8

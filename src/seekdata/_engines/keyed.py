@@ -164,6 +164,9 @@ class KeyedEngine:
     # --- the Engine protocol --------------------------------------------------------------------
 
     def iterate(self, place: Callable[[Any], Any] | None) -> Iterator[Any]:
+        # one cursor, one iterator moving it: a new iter() supersedes the live one, which
+        # raises if used again (torchdata's rule, as after load_state_dict)
+        self.detach_live()
         it = _LoaderIter(self, place)  # plans the epoch at its first next()
         self._live = weakref.ref(it)
         return it
@@ -258,7 +261,8 @@ class _LoaderIter:
         self._rank = 0
 
     def detach(self) -> None:
-        """A state was loaded: this iterator no longer moves the cursor (torchdata's rule)."""
+        """Another iterator, a loaded state or a skip took the cursor: this iterator no longer
+        moves it and raises if used (torchdata's rule)."""
         self._stale = True
         self._engine_iter = iter(())  # drop torch's iterator (its workers shut down)
 
@@ -282,8 +286,10 @@ class _LoaderIter:
     def __next__(self) -> Any:
         if self._stale:
             raise RuntimeError(
-                "StatefulDataLoader: this iterator was created before load_state_dict(), which "
-                "moved the loader to the loaded state; call iter(loader) to continue from it"
+                "StatefulDataLoader: this iterator was replaced by a later iter(), "
+                "load_state_dict(), skip() or skip_steps() of its loader, which has one cursor "
+                "and lets one iterator move it; use the newest iterator, or call iter(loader) "
+                "to continue from the loader's cursor"
             )
         engine_iter = self._engine_iter if self._engine_iter is not None else self._start()
         try:
