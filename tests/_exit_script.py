@@ -3,7 +3,8 @@
 ``python _exit_script.py LOADER DATASET WORKERS PERSISTENT HOW [handler]`` prints the pid of
 every process that loaded a sample (``pids ...``) and ``iterating`` once a batch arrived, then
 ends the way HOW says. LOADER is ``seekdata`` or ``torch`` (the reference statuses);
-``handler`` installs a :class:`seekdata.PreemptionHandler` first, as a SLURM job does.
+``handler`` installs a :class:`seekdata.PreemptionHandler` first, as a SLURM job does;
+``lookahead`` passes ``device="cpu", device_prefetch=2`` (batches pulled ahead of the step).
 """
 
 from __future__ import annotations
@@ -45,8 +46,13 @@ def main() -> None:
     n = 64 if how != "sigint" else 10**9  # Ctrl-C: one long epoch, no new workers meanwhile
     dataset = Pids(n) if dataset_kind == "map" else IterablePids(n)
     cls = seekdata.StatefulDataLoader if loader_kind == "seekdata" else torch.utils.data.DataLoader
+    ahead = {"device": "cpu", "device_prefetch": 2} if "lookahead" in sys.argv[6:] else {}
     loader = cls(
-        dataset, batch_size=4, num_workers=int(workers), persistent_workers=persistent == "1"
+        dataset,
+        batch_size=4,
+        num_workers=int(workers),
+        persistent_workers=persistent == "1",
+        **ahead,
     )
     pids: set[int] = set()
 

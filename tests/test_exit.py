@@ -130,6 +130,21 @@ def test_a_script_with_a_preemption_handler_ends(dataset: str, how: str) -> None
     _check_ended(args, status, text, pids)
 
 
+@pytest.mark.parametrize(
+    ("workers", "persistent", "how"),
+    [(2, 1, "live"), (2, 1, "break"), (2, 1, "raise"), (2, 0, "break")],
+)
+@pytest.mark.parametrize("dataset", ["map", "iterable"])
+def test_a_script_with_batches_pulled_ahead_ends(
+    dataset: str, workers: int, persistent: int, how: str
+) -> None:
+    """device=: the iterator holds batches pulled ahead of the step when the script ends."""
+    args = ("seekdata", dataset, str(workers), str(persistent), how)
+    status, text, pids = run_script(*args, "lookahead")
+    assert pids, text
+    _check_ended(args, status, text, pids)
+
+
 @pytest.mark.parametrize("how", ["live", "raise", "exit"])
 def test_torch_gives_the_statuses_expected_here(how: str) -> None:
     """The reference: torch's own DataLoader ends each case with the status asserted above."""

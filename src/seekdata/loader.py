@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch.utils.data
 
-from seekdata import _globalrng, rng
+from seekdata import _device, _globalrng, rng
 from seekdata._engines import Engine
 from seekdata._engines.iterable import IterableEngine
 from seekdata._engines.replay import ReplayEngine
@@ -45,7 +45,12 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     applied after collation, e.g. MixUp) and ``step_rng`` (on by default: each batch handed out
     seeds the caller's global RNG — torch CPU and CUDA, numpy, ``random`` — from (seed, epoch,
     step, rank) with :func:`seekdata.set_step_rng`, so Dropout and other model-side draws in
-    the step that follows resume exactly; ``False`` leaves global RNG to you, untouched).
+    the step that follows resume exactly; ``False`` leaves global RNG to you, untouched),
+    ``device`` (None: off; e.g. ``"cuda"``: each batch arrives already on that device, its copy
+    started ``device_prefetch`` batches ahead from pinned memory on a side CUDA stream, so it
+    overlaps the steps before; ``"cpu"``: no copy, the same look-ahead; a device this machine
+    lacks is a ValueError) and ``device_prefetch`` (batches moved ahead, >= 1; each costs a
+    batch of device memory). The cursor counts only batches handed out, never those ahead.
     ``state_dict()`` is a cursor; ``load_state_dict()``
     is O(1) and accepts another ``num_workers`` or world size. ``snapshot_every_n_steps`` is
     torchdata's: accepted and stored; a cursor is exact at every step whatever its value (it is
@@ -77,6 +82,8 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
         snapshot_every_n_steps: int | None = 1,
         step_rng: bool = True,
+        device: str | torch.device | None = None,
+        device_prefetch: int = 1,
     ) -> None:
         where = "StatefulDataLoader"
         reshard = batch_sampler.reshard if isinstance(batch_sampler, BatchIndices) else None
@@ -142,9 +149,14 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = persistent_workers
         self.batch_transform = batch_transform
+        lookahead = _device.prefetch_option(device, device_prefetch, where)
+        self.device = None if lookahead is None else lookahead.device
+        self.device_prefetch = device_prefetch
         options = dict(  # what every engine takes from us unchanged
             num_workers=num_workers,
-            pin_memory=pin_memory,
+            # device= on CUDA: the engine pins (in torch's pin thread with workers), so the
+            # copy ahead of the step is asynchronous
+            pin_memory=pin_memory or (lookahead is not None and lookahead.pins),
             timeout=timeout,
             multiprocessing_context=self.multiprocessing_context,
             prefetch_factor=prefetch_factor,
@@ -182,6 +194,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
                 reseed=reseed,
                 step_rng=self.step_rng,
             )
+            self._engine.lookahead = lookahead
             self._initialized = True
             return
         n = dataset_length(dataset, where)
@@ -220,6 +233,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             self._engine = SeekableEngine(sampler, dataset, **common)
         else:
             self._engine = ReplayEngine(sampler, batch_sampler, n, dataset, **common)
+        self._engine.lookahead = lookahead
         self._initialized = True
 
     # --- torch's attribute rules ----------------------------------------------------------------
@@ -237,6 +251,13 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         if attr == "step_rng":  # read at every iter(), as torch's FORWARDED ones
             val = check_bool(val, attr, type(self).__name__)
             self._engine.step_rng = val
+        if attr in ("device", "device_prefetch"):  # read at every iter(), as step_rng
+            device = val if attr == "device" else self.device
+            depth = val if attr == "device_prefetch" else self.device_prefetch
+            lookahead = _device.prefetch_option(device, depth, type(self).__name__)
+            self._engine.lookahead = lookahead
+            if attr == "device":
+                val = None if lookahead is None else lookahead.device
         super().__setattr__(attr, val)  # multiprocessing_context: torch's validating setter
         if attr in FORWARDED:  # torch reads these at iter(): so does the engine
             self._engine.set_option(attr, getattr(self, attr))

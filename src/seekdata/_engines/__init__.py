@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from seekdata._cursor import Cursor
+from seekdata._device import DevicePrefetch
 
 __all__ = ["Engine"]
 
@@ -28,6 +29,7 @@ class Engine(Protocol):
     seed: int
     cursor: Cursor
     step_rng: bool  # key the caller's global RNG by each batch's step (read at iter())
+    lookahead: DevicePrefetch | None  # device=: batches moved ahead of the step (at iter())
     sampler: Any  # what ``loader.sampler`` shows
     batch_sampler: Any  # what ``loader.batch_sampler`` shows
 

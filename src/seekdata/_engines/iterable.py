@@ -11,6 +11,8 @@ docs/exact-resume.md ("Iterable datasets").
 
 from __future__ import annotations
 
+import collections
+import copy
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +21,7 @@ from typing import Any
 from seekdata import _dist, _globalrng, preemption, rng
 from seekdata import state as S
 from seekdata._cursor import Cursor
+from seekdata._device import DevicePrefetch
 from seekdata._seed import seed_to_adopt
 from seekdata.training import set_step_rng
 
@@ -96,6 +99,10 @@ class IterableEngine:
         self._generation = 0  # bumped by iter() and load_state_dict: older iterators are stale
         self.step_rng = step_rng  # key the caller's global RNG by each batch's step
         self.step = 0  # batches of the current epoch handed out (the step RNG's counter)
+        self.lookahead: DevicePrefetch | None = None  # device=: set by the loader
+        # device=: torchdata's state after the last batch handed out, while its iterator has
+        # pulled further ahead (None: torchdata's live state is the one handed out)
+        self._held: dict[str, Any] | None = None
         # num_workers=0: the global-RNG state of the dataset's stream, kept apart from the caller's
         self._private: tuple[Any, Any, Any] | None = None
         with _quiet():
@@ -161,29 +168,54 @@ class IterableEngine:
             _globalrng.restore(saved)
 
     def _stream(self, generation: int, place: Callable[[Any], Any] | None) -> Iterator[Any]:
-        inner: Iterator[Any] | None = None
         end = object()
         step_seed = rng.step_seed(self.seed, self.cursor.epoch) if self.step_rng else None
         rank = _dist.rank_or_zero()
+        # device=: batches are pulled ahead; torchdata's state after each waits in `held` until
+        # the batch is handed out (in_order=False: torchdata's state is not exact anyway)
+        lookahead = self.lookahead
+        held: collections.deque[dict[str, Any]] | None = (
+            collections.deque() if lookahead is not None and self.engine.in_order else None
+        )
+        batches = self._pull(held)
+        if lookahead is not None:
+            batches = lookahead.wrap(batches)
         while True:
             if generation != self._generation:
                 raise RuntimeError(
                     "StatefulDataLoader: this iterator was replaced by a later iter() or "
                     "load_state_dict(); call iter(loader) to continue from the loader's state"
                 )
+            batch = next(batches, end)
+            if batch is end:
+                self._held = None
+                self.cursor.finish()
+                return
+            if held is not None:
+                self._held = held.popleft()
+            self.step += 1
+            if step_seed is not None:  # the caller's model-side RNG: a function of the step
+                set_step_rng(step_seed, self.step - 1, rank=rank)
+            yield batch if place is None else place(batch)
+
+    def _pull(self, held: collections.deque[dict[str, Any]] | None) -> Iterator[Any]:
+        """torchdata's batches, each pulled under the stream's RNG scope; with ``held``, a copy
+        of torchdata's state after each batch goes there."""
+        inner: Iterator[Any] | None = None
+        end = object()
+        while True:
             with self._scope():
                 if inner is None:
                     with preemption.starting_workers():
                         self.seeder.exiting = preemption.exit_flag()
                         inner = iter(self.engine)
+                    self._held = None  # a new torchdata iterator: its state is the live one
                 batch = next(inner, end)
+                if held is not None and batch is not end:
+                    held.append(copy.deepcopy(self.engine.state_dict()))
             if batch is end:
-                self.cursor.finish()
                 return
-            self.step += 1
-            if step_seed is not None:  # the caller's model-side RNG: a function of the step
-                set_step_rng(step_seed, self.step - 1, rank=rank)
-            yield batch if place is None else place(batch)
+            yield batch
 
     def _forward_epoch(self) -> None:
         if hasattr(self.dataset, "set_epoch"):
@@ -208,11 +240,14 @@ class IterableEngine:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        if self._private is None:
-            self._private = self._fresh_private()  # the state of the stream iter() would start
         now = self.cursor.now  # one value of the cursor (state_dict from another thread)
-        with self._scope():
-            engine = self.engine.state_dict()
+        if self._held is not None:  # device=: torchdata pulled ahead of what was handed out
+            engine = copy.deepcopy(self._held)
+        else:
+            if self._private is None:  # the state of the stream iter() would start
+                self._private = self._fresh_private()
+            with self._scope():
+                engine = self.engine.state_dict()
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "iterable",
@@ -248,6 +283,7 @@ class IterableEngine:
         self.step = state[S.K_POSITION]
         self._generation += 1  # an iterator from before the load stops
         self._private = None
+        self._held = None
         self._forward_epoch()
         with _quiet():
             self.engine.load_state_dict(state[K_ENGINE])

@@ -17,6 +17,7 @@ import torch.utils.data
 from seekdata import preemption, rng
 from seekdata import state as S
 from seekdata._cursor import Cursor, Now
+from seekdata._device import DevicePrefetch
 from seekdata._fetch import BatchKey, Collate, FailedBatch, KeyedDataset, WorkerInit
 from seekdata._seed import seed_to_adopt
 from seekdata.training import set_step_rng
@@ -65,6 +66,7 @@ class KeyedEngine:
     ) -> None:
         self.seed = seed
         self.step_rng = step_rng  # key the caller's global RNG by each batch's step
+        self.lookahead: DevicePrefetch | None = None  # device=: set by the loader
         self.seed_explicit, self.owns_sampler = seed_explicit, owns_sampler
         self.batch_size, self.drop_last = batch_size, drop_last
         self.reseed, self.batch_transform = reseed, batch_transform
@@ -281,6 +283,8 @@ class _LoaderIter:
             with preemption.starting_workers():
                 loader.worker_init_fn.exiting = preemption.exit_flag()  # type: ignore[union-attr]
                 self._engine_iter = iter(loader)
+        if self._engine.lookahead is not None:  # pulled ahead; __next__ counts at hand-out
+            self._engine_iter = self._engine.lookahead.wrap(self._engine_iter)
         return self._engine_iter
 
     def __next__(self) -> Any:
