@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import seekdata
 from seekdata.order import Feistel
 from seekdata.testing import assert_exact_resume
+from tests.test_bench_scripts import script
 from tests.test_distributed import run_ranks
 from tests.test_mixture import Source
 
@@ -145,6 +146,14 @@ def test_far_positions_agree_with_a_replay_by_segments(case: Any, data: Any) -> 
         if j + 1 < len(spec):
             for leaf, c in enumerate(ref.counts(stop - start)):
                 held[present[leaf]] += c
+
+
+def test_golden_schedule() -> None:
+    """A scheduled stream is pinned like every other: a change to it breaks users' runs."""
+    from tests.golden.regenerate import mixture_schedule_golden
+
+    golden = json.loads((HERE / "golden" / "mixture_schedule.json").read_text())
+    assert mixture_schedule_golden() == golden
 
 
 def test_each_source_walks_whole_epochs_across_changes() -> None:
@@ -316,3 +325,12 @@ def test_a_ddp_run_across_changes_resumes_on_another_world_size(tmp_path: pathli
     ]
     assert SCHEDULE[-1][0] < 60  # the run crosses every change
     assert Counter(s for s, _ in want[27:45])[0] == 0
+
+
+def test_the_schedule_benchmark_runs_and_its_state_stays_small(tmp_path: pathlib.Path) -> None:
+    """benchmarks/mixture.py --only-schedule writes the rows docs/mixtures.md cites (no timing
+    is asserted): 10 segments, K = 16 and 1,000, and the loader's state does not grow with them."""
+    script("mixture.py", "--only-schedule", "--quick", "--out", str(tmp_path / "m.json"))
+    rows = json.loads((tmp_path / "mixture_schedule.json").read_text())["schedule"]
+    assert [(r["K"], r["segments"]) for r in rows] == [(16, 10), (1000, 10)]
+    assert all(r["locate (us)"] > 0 and r["state (bytes of JSON)"] < 4096 for r in rows)
