@@ -14,10 +14,16 @@
   ``--only-throughput`` runs this table alone (``--workers 0,2,16`` to choose).
 - discrepancy: the largest ``|count_k - weight_k * p|`` over every prefix, realised, against
   the stated ``Mixture.bound`` and against the weighted sampler.
+- schedule: ``Mixture.locate(p)`` with a ``schedule=`` of 10 segments (Zipf weights, shuffled
+  per segment, 10 % of the sources absent from every third), K = 16 and 1,000, p = 1e6 ...
+  1e12 (target: <= 50 us at 1e12 with K = 1,000); the build time, the memory, and the size of
+  a loader's JSON state over it. ``--only-schedule`` runs this table alone.
 """
 
 from __future__ import annotations
 
+import json
+import random
 import statistics
 import sys
 import time
@@ -102,6 +108,54 @@ def memory_rows() -> list[dict[str, Any]]:
                 "stated bound": float(mix.bound),
             }
         )
+    return rows
+
+
+def scheduled(k: int, segments: int = 10, every: int = 10**11) -> seekdata.Mixture:
+    """K sources over ``segments`` segments of ``every`` positions: Zipf weights, shuffled in
+    each segment, and 10 % of the sources absent (weight 0) from every third segment."""
+    r = random.Random(0)
+    schedule = []
+    for j in range(segments):
+        weights: list[Fraction | int] = list(zipf(k))
+        r.shuffle(weights)
+        if j % 3 == 1:
+            for i in r.sample(range(k), k // 10):
+                weights[i] = 0
+        schedule.append((j * every, weights))
+    return seekdata.Mixture([range(1000)] * k, schedule=schedule, length=2 * 10**12)
+
+
+def schedule_rows(quick: bool) -> list[dict[str, Any]]:
+    rows = []
+    for k in (16, 1000):
+        t0 = time.perf_counter()
+        mix = scheduled(k)
+        built = time.perf_counter() - t0
+        tracemalloc.start()
+        kept = scheduled(k)
+        retained, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del kept
+        loader = seekdata.StatefulDataLoader(mix, batch_size=32)
+        state = len(json.dumps(loader.state_dict()))
+        for e in (12,) if quick else (6, 9, 12):
+            p = 10**e
+            per = [
+                H.best_of(lambda q=p + j, m=mix: m.locate(q), repeat=3)
+                for j in range(5 if quick else 20)
+            ]
+            rows.append(
+                {
+                    "K": k,
+                    "segments": len(mix.schedule),
+                    "p": f"1e{e}",
+                    "locate (us)": 1e6 * statistics.median(per),
+                    "build (ms)": 1e3 * built,
+                    "retained (KB)": retained / 1024,
+                    "state (bytes of JSON)": state,
+                }
+            )
     return rows
 
 
@@ -255,9 +309,18 @@ def plot(out: Any, seek: list[dict[str, Any]], curves: dict[str, Any]) -> None:
 def main() -> None:
     p = H.parser(__doc__ or "", "mixture")
     p.add_argument("--only-throughput", action="store_true", help="only the throughput table")
+    p.add_argument("--only-schedule", action="store_true", help="only the schedule table")
     p.add_argument("--workers", default="0,2", help="num_workers list for throughput (0,2)")
     args = p.parse_args()
     workers = tuple(int(w) for w in args.workers.split(","))
+    schedule_columns = ["K", "segments", "p", "locate (us)", "build (ms)", "retained (KB)",
+                        "state (bytes of JSON)"]  # fmt: skip
+    if args.only_schedule:
+        with H.quiet():
+            schedule = schedule_rows(args.quick)
+        print(H.table(schedule, schedule_columns))
+        H.write(args.out.with_name("mixture_schedule.json"), "mixture", None, schedule=schedule)
+        return
     if args.only_throughput:
         with H.quiet():
             throughput = throughput_rows(args.quick, workers)
@@ -270,6 +333,7 @@ def main() -> None:
         memory = memory_rows()
         throughput = throughput_rows(args.quick, workers)
         discrepancy, curves = discrepancy_rows(args.quick)
+        schedule = schedule_rows(args.quick)
     print(
         H.table(
             seek,
@@ -282,6 +346,8 @@ def main() -> None:
     print(H.table(throughput, ["loader", "workers", "samples/s", "vs", "ratio", "spread"]))
     print()
     print(H.table(discrepancy, list(discrepancy[0])))
+    print()
+    print(H.table(schedule, schedule_columns))
     H.write(
         args.out,
         "mixture",
@@ -290,6 +356,7 @@ def main() -> None:
         memory=memory,
         throughput=throughput,
         discrepancy=discrepancy,
+        schedule=schedule,
     )
     plot(args.out, seek, curves)
 

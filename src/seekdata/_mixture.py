@@ -10,7 +10,9 @@ tables:
    positions has sent ``round(m * a_left / a_node)`` of them left. Walking the tree with exact
    integer arithmetic gives the source of ``P`` *and* how many positions that source received
    before ``P`` (its own stream position ``q``), for any ``P`` (1e12 included), with no table
-   of positions and no replay.
+   of positions and no replay. With a ``schedule`` of weights, the tree of the segment that
+   holds ``P`` routes ``P - start``, and each source continues from what it received before
+   the segment's start (precomputed per segment: :mod:`seekdata._schedule`).
 2. **Which sample.** Source k walks its own epochs: ``source_epoch = q // n_k``, and the sample
    is ``order_k(source_epoch, q % n_k)``, a seekable order (Feistel, or the shard-local order
    for tar shards) keyed by the source's seed. A small source repeats, reshuffled each time; a
@@ -19,17 +21,16 @@ tables:
    where the source seed is hashed from (seed, source id): global RNG and
    :func:`seekdata.sample_rng` see the same numbers whatever else is in the mixture.
 
-The bound: over every prefix of the stream, each source's count stays within
-:attr:`Mixture.bound` of ``weight * p`` (1/2 for two sources, below 1 for three, below 2 for
-any weights; docs/mixtures.md). The source pattern is the same every epoch; samples are shuffled.
+The bound: over every prefix of the stream (of each segment, from its start), each source's
+count stays within :attr:`Mixture.bound` of ``weight * p`` (1/2 for two sources, below 1 for
+three, below 2 for any weights; docs/mixtures.md). The source pattern is the same every epoch
+(of a segment); samples are shuffled.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
-import numbers
-from collections.abc import Sequence, Sized
+from collections.abc import Mapping, Sequence, Sized
 from fractions import Fraction
 from typing import Any
 
@@ -37,7 +38,7 @@ import numpy as np
 import torch.utils.data
 
 from seekdata import rng
-from seekdata._mixtree import Tree, up
+from seekdata._schedule import Schedule, integer_weights, parse_schedule, parse_weights
 from seekdata.order import Feistel, Order, feistel_index, make_order
 
 __all__ = ["Mixture"]
@@ -46,47 +47,22 @@ _MIX_TAG = 0x4D495854  # "MIXT": per-source seeds are derive_key(seed, _MIX_TAG,
 _WINDOW_TAG = 0x57494E44  # "WIND": the window shuffle's seed is derive_key(seed, _MIX_TAG, this)
 
 
-def _fraction(value: Any, k: int) -> Fraction:
-    where = "Mixture"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{where}: weights must be real numbers (int, float, Fraction); weight {k} is "
-            f"{type(value).__name__} {value!r}; pass e.g. weights=[0.7, 0.3] or [7, 3]"
-        )
-    if isinstance(value, numbers.Rational):
-        frac = Fraction(int(value.numerator), int(value.denominator))
-    else:
-        f = float(value)
-        if not math.isfinite(f):
-            raise ValueError(
-                f"{where}: weights must be finite; weight {k} is {f}; pass a positive number"
-            )
-        frac = Fraction(str(f))  # the shortest decimal that reads back as f: 0.3 is 3/10
-    if frac <= 0:
-        raise ValueError(
-            f"{where}: weights must be > 0; weight {k} is {value!r}; drop the source instead "
-            f"of giving it weight 0"
-        )
-    return frac
-
-
-def _integer_weights(weights: Sequence[Any]) -> list[int]:
-    """The weights as coprime positive integers with the same ratios (exact)."""
-    fracs = [_fraction(w, k) for k, w in enumerate(weights)]
-    denominator = math.lcm(*(f.denominator for f in fracs))
-    ints = [int(f * denominator) for f in fracs]
-    g = math.gcd(*ints)
-    return [a // g for a in ints]
-
-
 class Mixture(torch.utils.data.Dataset):
     """K map-style datasets interleaved by weight, seekable in O(log K) at any position.
 
     Args:
         datasets: the sources: map-style datasets (``__len__`` and ``__getitem__``), e.g.
-            :class:`seekdata.wds.TarShards`, any mix.
+            :class:`seekdata.wds.TarShards`, any mix; a list, or a dict ``{name: dataset}``
+            to name them (:attr:`names`; weights may then be given by name).
         weights: one positive weight per source (int, float or Fraction; floats are read as
-            their shortest decimal, so 0.3 is exactly 3/10). Only the ratios matter.
+            their shortest decimal, so 0.3 is exactly 3/10), as a list or a dict by name or
+            index. Only the ratios matter. Give either ``weights`` or ``schedule``.
+        schedule: weights that change along the stream, known in advance:
+            ``[(0, w_0), (P_1, w_1), ...]`` with starts in stream positions
+            ``P = epoch * len(mixture) + p``, strictly increasing from 0. Each ``w_j`` is a
+            list or a dict by name or index (a source it leaves out, or gives 0, receives
+            nothing in that segment). At each start every source continues from what it has
+            delivered: nothing of a source repeats within its source epoch, nothing is skipped.
         length: samples per mixture epoch (``len(mixture)``); default: the sources' total.
         seed: keys the sources' orders and their samples' randomness.
         order: each source's order: ``"feistel"`` (default), ``"shards"`` (shard-local for
@@ -111,9 +87,11 @@ class Mixture(torch.utils.data.Dataset):
     @property
     def stream_signature(self) -> str:
         """What decides the stream, for a loader's state: the sources' lengths and ids, the
-        exact weights, seed, order, window and length (hashed: K = 1,000 weights are long).
-        A state saved over another mixture is refused at ``load_state_dict``."""
-        spec = repr((self.sizes, self.source_ids, self._a, self.seed, self.order, self.window,
+        exact weights (the whole schedule, if there is one), seed, order, window and length
+        (hashed: K = 1,000 weights are long). A state saved over another mixture is refused at
+        ``load_state_dict``. Without a schedule it is what it was before schedules existed."""
+        weights: Any = self._schedule.spec() if self._scheduled else self._a
+        spec = repr((self.sizes, self.source_ids, weights, self.seed, self.order, self.window,
                      self.length, self.reseed_global_rng))  # fmt: skip
         digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
         return f"Mixture(K={len(self.datasets)}, length={self.length}, seed={self.seed}, {digest})"
@@ -128,9 +106,10 @@ class Mixture(torch.utils.data.Dataset):
 
     def __init__(
         self,
-        datasets: Sequence[Any],
-        weights: Sequence[Any],
+        datasets: Sequence[Any] | Mapping[str, Any],
+        weights: Sequence[Any] | Mapping[Any, Any] | None = None,
         *,
+        schedule: Sequence[tuple[int, Any]] | None = None,
         length: int | None = None,
         seed: int = 0,
         order: str = "feistel",
@@ -139,19 +118,29 @@ class Mixture(torch.utils.data.Dataset):
         window: int = 0,
     ) -> None:
         where = "Mixture"
+        self.names: tuple[str, ...] | None = None
+        if isinstance(datasets, Mapping):
+            if not all(isinstance(name, str) for name in datasets):
+                raise TypeError(
+                    f"{where}: a dict of datasets is keyed by source name (str); got keys "
+                    f"{list(datasets)!r}; pass e.g. {{'web': web, 'code': code}}"
+                )
+            self.names = tuple(datasets)
+            datasets = list(datasets.values())
         if not isinstance(datasets, Sequence) or isinstance(datasets, str | bytes):
             raise TypeError(
                 f"{where}: datasets must be a list of map-style datasets; got "
                 f"{type(datasets).__name__}; pass e.g. [web, code]"
             )
-        if not isinstance(weights, Sequence) or isinstance(weights, str | bytes):
+        if (weights is None) == (schedule is None):
             raise TypeError(
-                f"{where}: weights must be a list of numbers; got {weights!r}; pass e.g. [0.7, 0.3]"
+                f"{where}: pass exactly one of weights= and schedule=; got "
+                f"{'both' if schedule is not None else 'neither'}; a schedule's first entry "
+                f"(0, weights) holds the weights from the start"
             )
-        if len(datasets) == 0 or len(weights) != len(datasets):
+        if len(datasets) == 0:
             raise ValueError(
-                f"{where}: one weight per dataset and at least one dataset; got "
-                f"{len(datasets)} datasets and {len(weights)} weights"
+                f"{where}: one weight per dataset and at least one dataset; got 0 datasets"
             )
         self.seed = rng.check_counter(seed, "seed", where)
         if not isinstance(reseed_global_rng, bool):
@@ -174,15 +163,23 @@ class Mixture(torch.utils.data.Dataset):
                 f"got {source_ids!r}; pass e.g. source_ids=[0, 1] or leave it unset"
             )
         self.source_ids = [rng.check_counter(i, "source id", where) for i in ids]
-        self._a = _integer_weights(weights)
-        self._tree = Tree(self._a)
+        self.window = rng.check_counter(window, "window", where)
+        k = len(self.datasets)
+        if weights is not None:
+            fracs = parse_weights(weights, k, self.names, "weights", zero=False)
+            segments = [(0, integer_weights(fracs))]
+        else:
+            segments = parse_schedule(schedule, k, self.names, self.window)
+        self._schedule = Schedule(segments)
+        self._scheduled = schedule is not None and len(segments) > 1
+        # the first (without a schedule, the only) segment's integer weights and tree
+        self._a, self._tree = self._schedule.segments[0].a, self._schedule.segments[0].tree
         self.length = sum(self.sizes) if length is None else _check_length(length, where)
         self.order = order
         self.source_seeds = [
             rng.derive_key(self.seed, _MIX_TAG, i, words=1)[0] for i in self.source_ids
         ]
         self._orders = [self._make_order(k) for k in range(len(self.datasets))]
-        self.window = rng.check_counter(window, "window", where)
         self._window_seed = rng.derive_key(self.seed, _MIX_TAG, _WINDOW_TAG, words=1)[0]
         self.epoch = 0
 
@@ -196,22 +193,25 @@ class Mixture(torch.utils.data.Dataset):
 
     @property
     def weights(self) -> tuple[Fraction, ...]:
-        """The normalised weights, exact: each source's share of the stream."""
-        total = sum(self._a)
-        return tuple(Fraction(a, total) for a in self._a)
+        """The normalised weights, exact: each source's share of the stream (with a schedule,
+        of its first segment; :attr:`schedule` has them all)."""
+        return self.schedule[0][1]
+
+    @property
+    def schedule(self) -> tuple[tuple[int, tuple[Fraction, ...]], ...]:
+        """``((start, weights), ...)``: each segment's first stream position and normalised
+        weights, exact (0 for a source absent from it). One segment without a schedule."""
+        return tuple(
+            (start, tuple(Fraction(x, sum(a)) for x in a)) for start, a in self._schedule.spec()
+        )
 
     @property
     def bound(self) -> float:
-        """Over every prefix ``p`` of the stream, ``|count_k(p) - weight_k * p| <= bound``: the
-        exact bound of this tree, rounded up to a float. With a ``window`` of B positions,
-        ``3 * bound_k + B * weight_k`` (exact at window ends, a window's share inside one)."""
-        if self.window <= 1:
-            return max(self._tree.bounds)
-        total = sum(self._a)
-        return max(
-            up(3 * Fraction(b) + Fraction(self.window * a, total))
-            for b, a in zip(self._tree.bounds, self._a, strict=True)
-        )
+        """Over every prefix of a segment (the whole stream without a schedule), counted from
+        the segment's start, ``|count_k - weight_k * prefix| <= bound``: the exact bound of the
+        segment's tree, rounded up to a float, the largest over segments. With a ``window`` of
+        B positions, ``3 * bound_k + B * weight_k`` (exact at window ends)."""
+        return max(self._schedule.bounds(self.window))
 
     def _shuffled(self, stream: int) -> int:
         """The tree position that stream position ``stream`` shows: with a ``window``, the
@@ -230,7 +230,7 @@ class Mixture(torch.utils.data.Dataset):
         """``(source, source_epoch, index)`` at ``position`` of ``epoch`` (default: the current
         one). ``position`` may pass ``len(self)``: it then continues into later epochs."""
         stream = self._stream_position(position, epoch, "Mixture.locate")
-        k, q = self._tree.locate(self._shuffled(stream))
+        k, q = self._schedule.locate(self._shuffled(stream))
         n = self.sizes[k]
         source_epoch = q // n
         order = self._orders[k]
@@ -242,11 +242,11 @@ class Mixture(torch.utils.data.Dataset):
         """How many of the stream's positions before (``epoch``, ``position``) each source got."""
         stream = self._stream_position(position, epoch, "Mixture.counts")
         if self.window <= 1:
-            return self._tree.counts(stream)
+            return self._schedule.counts(stream)
         start = stream - stream % self.window  # exact at the window's start, then O(window)
-        out = self._tree.counts(start)
+        out = self._schedule.counts(start)
         for t in range(start, stream):
-            out[self._tree.locate(self._shuffled(t))[0]] += 1
+            out[self._schedule.locate(self._shuffled(t))[0]] += 1
         return out
 
     def sample_generator(self, source: int, source_epoch: int, index: int) -> np.random.Generator:
@@ -286,11 +286,13 @@ class Mixture(torch.utils.data.Dataset):
                 rng.restore_globals(saved)
 
     def __repr__(self) -> str:
+        names = self.names or [None] * len(self.datasets)
         parts = ", ".join(
-            f"{type(d).__name__}(n={n}) x {float(w):.4g}"
-            for d, n, w in zip(self.datasets, self.sizes, self.weights, strict=True)
+            f"{'' if name is None else name + '='}{type(d).__name__}(n={n}) x {float(w):.4g}"
+            for name, d, n, w in zip(names, self.datasets, self.sizes, self.weights, strict=True)
         )
-        return f"Mixture([{parts}], length={self.length}, seed={self.seed})"
+        more = f", {len(self._schedule.segments)} segments" if self._scheduled else ""
+        return f"Mixture([{parts}]{more}, length={self.length}, seed={self.seed})"
 
 
 def _check_length(length: Any, where: str) -> int:

@@ -77,8 +77,35 @@ def mixture_golden() -> dict:
     return out
 
 
+def mixture_schedule_golden() -> dict:
+    """A schedule: a source joining, leaving and coming back, a window; (source, source epoch,
+    index) at the first positions, around each change and far away, and the counts there."""
+    sources = {"web": range(9), "code": range(5), "maths": range(3)}
+    schedule = [
+        (0, {"web": 3, "code": 1}),
+        (12, {"web": 1, "code": 1, "maths": 1}),
+        (24, {"code": 2, "maths": 1}),
+        (36, [0.5, 0.25, 0.25]),
+        (10**12, {"maths": 1}),
+    ]
+    mix = seekdata.Mixture(sources, schedule=schedule, length=20, seed=7)
+    windowed = seekdata.Mixture(sources, schedule=schedule, length=20, seed=7, window=4)
+    far = (10**9, 10**12 - 1, 10**12, 10**12 + 1)
+    return {
+        "first 48": [list(mix.locate(p)) for p in range(48)],
+        "far": {str(p): list(mix.locate(p)) for p in far},
+        "counts": {str(p): mix.counts(p) for p in (12, 24, 36, *far)},
+        "window 4": [list(windowed.locate(p)) for p in range(48)],
+        "bound": mix.bound,
+    }
+
+
 if __name__ == "__main__":
     (HERE / "rng.json").write_text(json.dumps(rng_golden(), indent=1) + "\n")
     (HERE / "orders.json").write_text(json.dumps(order_golden(), indent=1) + "\n")
     (HERE / "mixture.json").write_text(json.dumps(mixture_golden(), indent=1) + "\n")
+    (HERE / "mixture_schedule.json").write_text(
+        json.dumps(mixture_schedule_golden(), indent=1) + "\n"
+    )
     print("wrote", HERE / "rng.json", HERE / "orders.json", HERE / "mixture.json")
+    print("wrote", HERE / "mixture_schedule.json")
