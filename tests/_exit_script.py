@@ -10,6 +10,7 @@ ends the way HOW says. LOADER is ``seekdata`` or ``torch`` (the reference status
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -80,6 +81,17 @@ def main() -> None:
                 if how == "raise":
                     raise RuntimeError("a bug in the training step")
                 sys.exit(3)
+    elif how in ("killed", "killed-caught"):  # a worker dies (the OOM killer, say)
+        it = iter(loader)
+        try:
+            for step, batch in enumerate(it):
+                seen(batch)
+                if step == 1:
+                    os.kill(max(set(batch[:, 1].tolist()) - {os.getpid()}), signal.SIGKILL)
+        except Exception as e:  # torch's RuntimeError, or the pipe's ConnectionResetError
+            if how == "killed":
+                raise
+            print("caught:", type(e).__name__, flush=True)  # the iterator stays alive
     elif how == "sigint":  # iterate until the test's Ctrl-C arrives
         it = iter(loader)
         seen(next(it))

@@ -109,6 +109,24 @@ def test_a_script_with_a_live_loader_ends(
     _check_ended(args, status, text, pids)
 
 
+@pytest.mark.parametrize("how", ["killed", "killed-caught"])
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("dataset", ["map", "iterable"])
+def test_a_script_whose_worker_was_killed_ends(dataset: str, persistent: bool, how: str) -> None:
+    """A worker killed by SIGKILL: the loader raises at once (torch's error), and the script
+    ends with that error, or normally when it caught it and kept the iterator."""
+    args = ("seekdata", dataset, "2", str(int(persistent)), how)
+    status, text, pids = run_script(*args)
+    if how == "killed":
+        assert status == 1 and "Traceback" in text, text
+    else:
+        assert status == 0 and "caught:" in text, text
+    deadline = time.monotonic() + BOUND
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids), f"{args}: workers left behind\n{text}"
+
+
 @pytest.mark.parametrize("interrupt", ["main", "group"])
 @pytest.mark.parametrize(("workers", "persistent"), [(0, False), (2, False), (2, True)])
 @pytest.mark.parametrize("dataset", ["map", "iterable"])

@@ -250,6 +250,7 @@ def test_mismatch_names_field_both_values_and_fix(field, value, kw) -> None:
                 "order": "feistel",
                 "shuffle": True,
                 "drop_last": False,
+                "world_size": 1,
             },
             r"state\['epoch'\] must be int",
         ),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -364,3 +366,110 @@ def test_a_changed_batch_that_changes_the_global_batch_is_refused_with_the_fix(
     loader(3, 4).load_state_dict(state)  # the same per-rank batch on 3 ranks: as before
     with pytest.warns(UserWarning, match="batch_size is 4 in the checkpoint but 3 here"):
         loader(4, 3).load_state_dict(state, strict=False)
+
+
+# --- round 3: found by the attack ------------------------------------------------------------
+
+
+def _global_steps(n: int, world: int, batch: int, state: Any, drop: tuple[bool, bool]) -> list:
+    """Every rank's batches from ``state`` (None: a fresh run), as one list per global step."""
+    ranks = []
+    for rank in range(world):
+        sampler = seekdata.DistributedSampler(
+            range(n), world, rank, shuffle=True, seed=4, drop_last=drop[0]
+        )
+        loader = seekdata.StatefulDataLoader(
+            torch.arange(n), batch_size=batch, sampler=sampler, drop_last=drop[1], seed=4
+        )
+        if state is not None:
+            loader.load_state_dict(state)
+        ranks.append([b.tolist() for b in loader])
+    return [sorted(i for batch in step for i in batch) for step in zip(*ranks, strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("n", "old", "new", "drop"),
+    [
+        (100, (2, 8), (16, 1), (False, True)),  # the loader's drop_last: 6 steps, then 7
+        (97, (2, 8), (1, 16), (True, False)),  # the sampler's: 6 steps, then 7
+        (100, (2, 8), (16, 1), (True, False)),  # the sampler's: 7 steps, then 6
+    ],
+)
+def test_an_elastic_resume_that_would_cut_epochs_otherwise_is_refused(n, old, new, drop) -> None:
+    sampler = seekdata.DistributedSampler(range(n), old[0], 0, seed=4, drop_last=drop[0])
+    saved = seekdata.StatefulDataLoader(
+        torch.arange(n), batch_size=old[1], sampler=sampler, drop_last=drop[1], seed=4
+    )
+    it = iter(saved)
+    next(it), next(it)
+    state = saved.state_dict()
+    sampler = seekdata.DistributedSampler(range(n), new[0], 0, seed=4, drop_last=drop[0])
+    loader = seekdata.StatefulDataLoader(
+        torch.arange(n), batch_size=new[1], sampler=sampler, drop_last=drop[1], seed=4
+    )
+    with pytest.raises(seekdata.StateMismatchError, match="cut epochs alike") as info:
+        loader.load_state_dict(state)
+    assert f"{old[0]} × {old[1]}" in str(info.value)  # the checkpoint's own cut fits
+    with pytest.warns(UserWarning, match=r"continuing \(strict=False\) with this cut") as w:
+        loader.load_state_dict(state, strict=False)
+    assert w[0].filename == __file__  # the user's line, not seekdata's
+
+
+def test_an_elastic_resume_that_cuts_epochs_alike_is_exact_at_every_later_step() -> None:
+    n, drop = 100, (False, True)
+    full = _global_steps(n, 2, 8, None, drop) + _global_steps(n, 2, 8, None, drop)
+    sampler = seekdata.DistributedSampler(range(n), 2, 0, shuffle=True, seed=4)
+    saved = seekdata.StatefulDataLoader(
+        torch.arange(n), batch_size=8, sampler=sampler, drop_last=True, seed=4
+    )
+    it = iter(saved)
+    next(it), next(it)
+    state = saved.state_dict()
+    rest = _global_steps(n, 4, 4, state, drop)  # 4 x 4 cuts 100 samples as 2 x 8 does
+    assert full[2:6] == rest  # the rest of the epoch: the same samples at every step
+
+
+@pytest.mark.parametrize("key", ["step", "world_size", "batch_size", "sample_seed"])
+def test_a_key_the_format_requires_is_never_defaulted(key: str) -> None:
+    loader = make()
+    next(iter(loader))
+    state = loader.state_dict()
+    del state[key]
+    with pytest.raises(seekdata.StateMismatchError, match=f"missing '{key}'"):
+        make().load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("seed", -1, "state\\['seed'\\] must be >= 0; got -1"),
+        ("sample_seed", -3, "state\\['sample_seed'\\] must be >= 0"),
+        ("n", 0, "state\\['n'\\] must be >= 1"),
+        ("batch_size", 0, "state\\['batch_size'\\] must be >= 1"),
+        ("kind", "1", "state\\['kind'\\] must be one of 'sampler', 'loader', 'iterable'"),
+    ],
+)
+def test_an_invalid_value_in_the_checkpoint_is_named_not_suggested(key, value, match) -> None:
+    state = make().state_dict()
+    state[key] = value
+    with pytest.raises(seekdata.StateMismatchError, match=match) as info:
+        make().load_state_dict(state)
+    assert f"pass {key}={value}" not in str(info.value)
+
+
+def test_an_edited_sample_seed_is_named_as_such_over_a_loader_that_adopts_its_seed() -> None:
+    mix = seekdata.Mixture([range(10), range(7)], [1, 1], seed=0)
+    saved = seekdata.StatefulDataLoader(mix, batch_size=2, seed=3)
+    state = saved.state_dict()
+    state["sample_seed"] = 5
+    with pytest.raises(seekdata.StateMismatchError, match="state\\['sample_seed'\\] is 5 but"):
+        seekdata.StatefulDataLoader(mix, batch_size=2).load_state_dict(state)
+
+
+def test_skip_takes_numpy_integers_as_other_counters_do() -> None:
+    loader = make()
+    loader.skip(np.int64(2))
+    loader.skip_steps(np.int64(5), np.int32(6))
+    assert loader.state_dict()["step"] == 2
+    with pytest.raises(TypeError, match="batches must be an int; got bool"):
+        loader.skip(True)

@@ -43,6 +43,20 @@ def check_counter(value: Any, name: str, where: str) -> int:
     return value
 
 
+def check_int(value: Any, name: str, where: str, low: int | None = None) -> int:
+    """Return ``value`` (an int or numpy integer, never a bool) as a Python int, at least
+    ``low`` when given, or raise a STYLE-formula error."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise TypeError(
+            f"{where}: {name} must be an int; got {type(value).__name__} {value!r}; pass an "
+            f"int such as {name}={max(low or 0, 1)}"
+        )
+    value = int(value)
+    if low is not None and value < low:
+        raise ValueError(f"{where}: {name} must be an int >= {low}; got {value}")
+    return value
+
+
 def check_tuple(seed: Any, counters: tuple[Any, ...], where: str) -> tuple[int, tuple[int, ...]]:
     seed = check_counter(seed, "seed", where)
     return seed, tuple(check_counter(c, f"counter {i}", where) for i, c in enumerate(counters))

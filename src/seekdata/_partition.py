@@ -14,6 +14,7 @@ import numpy as np
 
 __all__ = [
     "batches",
+    "coverage",
     "epoch_holes",
     "kept_step",
     "local_len",
@@ -49,6 +50,19 @@ def position_after(n: int, world: int, drop_last: bool, start: int, consumed: in
 def batches(local: int, batch_size: int, drop_last: bool) -> int:
     """Batches of ``batch_size`` in ``local`` samples; the last one is short unless dropped."""
     return local // batch_size if drop_last else -(-local // batch_size)
+
+
+def coverage(
+    n: int, world: int, batch: int, drop_sampler: bool, drop_loader: bool, start: int
+) -> tuple[int, int, int]:
+    """A partition from ``start`` on ``world`` ranks of ``batch``: (its steps, the position
+    where the real positions it covers end, how many padding positions it adds). Global step s
+    is the positions ``[start + s·world·batch, start + (s+1)·world·batch)``, so two partitions
+    with equal coverage hand out the same positions at every step."""
+    local = local_len(n, world, drop_sampler, start)
+    steps = batches(local, batch, drop_loader)
+    covered = start + min(steps * batch, local) * world
+    return steps, min(covered, n), max(covered - n, 0)
 
 
 def moved(epoch: int, step: int, k: int, per_epoch: int) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from seekdata import _partition as P
 from seekdata import state as S
 from seekdata._cursor import Cursor
 from seekdata.order import Order, make_order
-from seekdata.rng import check_counter
+from seekdata.rng import check_counter, check_int
 
 __all__ = ["DistributedSampler"]
 
@@ -226,11 +226,8 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         ``ceil(len(self) / batch_size)`` batches, and a move lands on the epoch's own partition.
         :meth:`seekdata.StatefulDataLoader.skip` does this for a loader."""
         where = "DistributedSampler.skip"
-        for name, value, low in (("batches", batches, None), ("batch_size", batch_size, 1)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{where}: {name} must be an int; got {type(value).__name__}")
-            if low is not None and value < low:
-                raise ValueError(f"{where}: {name} must be >= {low}; got {value}")
+        batches = check_int(batches, "batches", where)
+        batch_size = check_int(batch_size, "batch_size", where, 1)
         per_epoch = P.batches(self.local_len(0), batch_size, False)
         epoch, position = self.cursor.next_start()
         step = per_epoch if position >= self.n else position // self.num_replicas // batch_size
@@ -279,8 +276,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
 
     def check_state(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
         """Validate the whole state (raises; warns for strict=False mismatches); assigns nothing."""
-        for message in S.check_state(state, expected, where=where, strict=strict):
-            warnings.warn(message + " (strict=False: continuing)", stacklevel=4)
+        S.check_state(state, expected, where=where, strict=strict)
         position = state[S.K_POSITION]
         if position > state[S.K_N]:
             raise S.StateMismatchError(

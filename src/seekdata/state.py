@@ -7,11 +7,25 @@ bytes: every random number is derived from the counters it holds.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
-__all__ = ["VERSION", "StateMismatchError", "check_state", "warn_rewind"]
+from seekdata import _partition as P
+
+__all__ = [
+    "KINDS",
+    "VERSION",
+    "StateMismatchError",
+    "check_dataset",
+    "check_geometry",
+    "check_one_seed",
+    "check_state",
+    "warn_caller",
+    "warn_rewind",
+]
 
 #: The format version written by this release. States from a newer release are rejected.
 VERSION = 1
@@ -101,15 +115,46 @@ _FIX = {
     "seed), or strict=False to continue this dataset's stream from the cursor",
 }
 
+#: What continuing means, for a mismatch that ``strict=False`` lets through (with a warning).
+_CONTINUES = {
+    K_N: "the cursor's positions now index this dataset",
+    K_SEED: "the order is this seed's from here on",
+    K_ORDER: "the order is this one from here on",
+    K_SHUFFLE: "the order is this one from here on",
+    K_DROP_LAST: "the epoch's tail follows this setting",
+    K_BATCH_SIZE: "batches have this size from here on",
+    K_BATCH_DROP_LAST: "the epoch's last batch follows this setting",
+    K_SAMPLE_SEED: "samples' randomness is keyed by this seed from here on",
+    K_DATASET: "this dataset's stream continues from the cursor",
+}
+
+#: The kinds of state, and the keys each must hold (what its writer always writes). ``origin``
+#: and ``skips`` may be absent (a state from before origin existed; no skip recorded).
+_STREAM = (K_N, K_SEED, K_ORDER, K_SHUFFLE, K_DROP_LAST, K_WORLD_SIZE)
+_BATCHES = (K_BATCH_SIZE, K_BATCH_DROP_LAST, K_SAMPLE_SEED)
+KINDS: dict[str, tuple[str, ...]] = {
+    "sampler": _STREAM,
+    "loader": (*_STREAM, *_BATCHES, K_STEP),
+    "iterable": (*_BATCHES, K_WORLD_SIZE),
+}
+
+# the lowest valid value of each integer field
+_LOWEST = {
+    K_EPOCH: 0, K_POSITION: 0, K_STEP: 0, K_ORIGIN: 0, K_WORLD_SIZE: 1, K_N: 1, K_SEED: 0,
+    K_SAMPLE_SEED: 0, K_BATCH_SIZE: 1,
+}  # fmt: skip
+
 
 def check_state(
     state: Any, expected: Mapping[str, Any], *, where: str, strict: bool = True
-) -> list[str]:
+) -> None:
     """Validate ``state`` against the fields ``expected`` (name -> value here).
 
     Raises :class:`StateMismatchError` (or ``TypeError`` for a non-dict) naming the field,
-    both values and the fix. With ``strict=False`` mismatching stream fields are returned
-    (for a warning) instead of raised; structure, types and versions are always checked.
+    both values and the fix. Every key its kind requires must be present and every value
+    valid before any is compared, so a fix never suggests an invalid value. With
+    ``strict=False`` a mismatching stream field is a warning at the caller's line saying what
+    continuing means; structure, types, kinds and versions are always checked.
     """
     if not isinstance(state, Mapping):
         raise TypeError(
@@ -135,7 +180,13 @@ def check_state(
             f"{where}: state has format version {version} but this seekdata reads up to "
             f"{VERSION}; upgrade seekdata to the release that wrote the checkpoint"
         )
-    required = [K_KIND, K_EPOCH, K_POSITION, K_EXHAUSTED, *expected]
+    kind = state.get(K_KIND)
+    if K_KIND in state and kind not in KINDS:
+        raise StateMismatchError(
+            f"{where}: state[{K_KIND!r}] must be one of {', '.join(map(repr, KINDS))}; got "
+            f"{kind!r}; pass an unmodified state_dict()"
+        )
+    required = [K_KIND, K_EPOCH, K_POSITION, K_EXHAUSTED, *KINDS.get(str(kind), ()), *expected]
     missing = [k for k in dict.fromkeys(required) if k not in state]
     if missing:
         raise StateMismatchError(
@@ -151,7 +202,7 @@ def check_state(
                 f"{where}: state[{key!r}] must be {name}; got {type(value).__name__} {value!r}; "
                 f"pass an unmodified state_dict()"
             )
-    for key, low in ((K_EPOCH, 0), (K_POSITION, 0), (K_STEP, 0), (K_ORIGIN, 0), (K_WORLD_SIZE, 1)):
+    for key, low in _LOWEST.items():  # an invalid value is never suggested as the fix
         if key in state and state[key] < low:
             raise StateMismatchError(
                 f"{where}: state[{key!r}] must be >= {low}; got {state[key]}; pass an "
@@ -164,17 +215,134 @@ def check_state(
         )
     if K_SKIPS in state:
         _check_skips(state[K_SKIPS], where)
-    mismatched: list[str] = []
     for key, here in expected.items():
         old = state[key]
         if old == here and type(old) is type(here):
             continue
-        fix = _FIX.get(key, "pass the same configuration").format(old=old)
-        message = f"{where}: {key} is {old!r} in the checkpoint but {here!r} here; {fix}"
         if strict or key == K_KIND:
-            raise StateMismatchError(message)
-        mismatched.append(message)
-    return mismatched
+            fix = _FIX.get(key, "pass the same configuration").format(old=old)
+            raise StateMismatchError(
+                f"{where}: {key} is {old!r} in the checkpoint but {here!r} here; {fix}"
+            )
+        warn_caller(
+            f"{where}: {key} is {old!r} in the checkpoint but {here!r} here; continuing with "
+            f"{here!r} (strict=False): {_CONTINUES.get(key, 'this value applies from here on')}"
+        )
+
+
+def check_dataset(
+    state: Mapping[str, Any], here: str | None, dataset: type, where: str, strict: bool
+) -> None:
+    """A loader state's dataset signature (:data:`K_DATASET`) against this loader's dataset's
+    ``stream_signature`` (``here``; None for a dataset without one), both ways: a state saved
+    over a dataset with its own stream loads only into that stream, and a dataset with its own
+    stream takes only a state saved over it."""
+    old = state.get(K_DATASET)
+    if old == here:
+        return
+    if here is None:
+        problem = (
+            f"the checkpoint was saved over a dataset with its own stream ({old!r}) but this "
+            f"loader's {dataset.__name__} has none"
+        )
+    elif old is None:
+        problem = (
+            f"this loader's {dataset.__name__} has its own stream ({here!r}) but the state has "
+            f"no {K_DATASET!r} signature: it was saved over a dataset without one (a plain "
+            f"dataset of the same length), or edited"
+        )
+    else:
+        problem = f"{K_DATASET} is {old!r} in the checkpoint but {here!r} here"
+    if strict:
+        raise StateMismatchError(f"{where}: {problem}; {_FIX[K_DATASET]}")
+    warn_caller(f"{where}: {problem}; continuing (strict=False): {_CONTINUES[K_DATASET]}")
+
+
+def check_geometry(
+    state: Mapping[str, Any],
+    n: int,
+    here: tuple[int, int],
+    drop: tuple[bool, bool],
+    where: str,
+    strict: bool,
+) -> None:
+    """A state saved on W ranks × B loads on W' × B' with W'·B' = W·B only if both cut the
+    epochs alike: with ``drop_last`` (the sampler's or the loader's, ``drop``) the number of
+    steps and the tail dropped or padded depend on W and B themselves, and another cut would
+    hand out other samples at every later step. ``here``: (W', B'); the state holds (W, B)."""
+    old = (state[K_WORLD_SIZE], state[K_BATCH_SIZE])
+    position, origin = state.get(K_POSITION), state.get(K_ORIGIN, 0)
+    if not (_is_int(position) and _is_int(origin)):
+        return  # malformed: the full check names it
+    mid = 0 < position < n and 0 <= origin <= position
+
+    def cut(world: int, batch: int) -> tuple[tuple[int, int, int], ...]:
+        whole = P.coverage(n, world, batch, *drop, 0)
+        if not mid:
+            return (whole,)
+        if (world, batch) == old:  # the checkpoint's partition goes on from its origin
+            steps, end, pad = P.coverage(n, world, batch, *drop, origin)
+            rest = (steps - (position - origin) // (world * batch), end, pad)
+        else:  # another world size re-partitions from the cursor
+            rest = P.coverage(n, world, batch, *drop, position)
+        return whole, rest
+
+    want = cut(*old)
+    if cut(*here) == want:
+        return
+    g = old[0] * old[1]
+    fits = [f"{w} × {g // w}" for w in range(1, g + 1) if g % w == 0 and cut(w, g // w) == want]
+    (steps_old, end_old, pad_old), (steps_new, end_new, pad_new) = want[0], cut(*here)[0]
+    problem = (
+        f"with drop_last, {n} samples on {_ranks(old[0])} × {old[1]} make epochs of {steps_old} "
+        f"steps covering positions [0, {end_old}) (+{pad_old} padding), but on "
+        f"{_ranks(here[0])} × {here[1]} (the same global batch) {steps_new} steps covering "
+        f"[0, {end_new}) (+{pad_new} padding)"
+        + ("" if want[0] != cut(*here)[0] else ", and the rest of this epoch is cut otherwise")
+    )
+    if not strict:
+        warn_caller(f"{where}: {problem}; continuing (strict=False) with this cut of epochs")
+        return
+    raise StateMismatchError(
+        f"{where}: {problem}: every later step would see other samples; resume on ranks × "
+        f"batch size that cut epochs alike ({', '.join(fits)}), or strict=False to continue "
+        f"with this cut"
+    )
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ranks(world: int) -> str:
+    return f"{world} rank" if world == 1 else f"{world} ranks"
+
+
+def check_one_seed(state: Any, where: str) -> None:
+    """A loader that owns its sampler keys its order and its samples with one seed, so a state
+    it adopts its seed from (``seed=None``) has ``seed == sample_seed``: two valid, different
+    values mean an edited state, or one saved by a loader with a sampler of its own."""
+    if not isinstance(state, Mapping) or state.get(K_KIND) != "loader":
+        return  # the full check names what is wrong with it
+    seed, sample = state.get(K_SEED), state.get(K_SAMPLE_SEED)
+    valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (seed, sample))
+    if valid and seed != sample:
+        raise StateMismatchError(
+            f"{where}: state[{K_SAMPLE_SEED!r}] is {sample} but state[{K_SEED!r}] is {seed}, "
+            f"and this loader orders and keys its samples with one seed (its own sampler, "
+            f"seed=None: adopted from the checkpoint); pass an unmodified state_dict(), or "
+            f"build the loader with the sampler the checkpoint's loader had"
+        )
+
+
+def warn_caller(message: str) -> None:
+    """A ``UserWarning`` attributed to the first frame outside seekdata: the user's line that
+    called into it, however deep the warning was raised."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 2  # stacklevel 2: the frame that called warn_caller
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    warnings.warn(message, UserWarning, stacklevel=level)
 
 
 def _check_skips(skips: list[Any], where: str) -> None:

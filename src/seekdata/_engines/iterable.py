@@ -265,8 +265,7 @@ class IterableEngine:
         where = "StatefulDataLoader.load_state_dict"
         seed = seed_to_adopt(state, self.seed, explicit=self.seed_explicit, owns_sampler=False)
         expected = {S.K_KIND: "iterable", **self.fields(seed)}
-        for message in S.check_state(state, expected, where=where, strict=strict):
-            warnings.warn(message + " (strict=False: continuing)", stacklevel=3)
+        S.check_state(state, expected, where=where, strict=strict)
         _check_engine(state.get(K_ENGINE), self.num_workers, where)
         old, here = state.get(S.K_WORLD_SIZE, 1), _dist.world_size_or_one()
         if old != here:

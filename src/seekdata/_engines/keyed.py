@@ -225,12 +225,14 @@ class KeyedEngine:
         )
         expected = {S.K_KIND: "loader", **self.fields(seed)}
         expected[S.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
-        if isinstance(state, dict) and S.K_DATASET in state:  # saved over a Mixture: the same?
-            expected[S.K_DATASET] = self.signature()
         if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
             stream = self.fields(seed)
             expected = {S.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}
+        if self.owns_sampler and not self.seed_explicit:  # the seed to adopt must be one seed
+            S.check_one_seed(state, where)
         self.check(state, expected, where, strict)
+        if state[S.K_KIND] == "loader":  # a Mixture's (or token corpus's) own stream: the same?
+            S.check_dataset(state, self.signature(), type(self.keyed.dataset), where, strict)
         step, limit = state.get(S.K_STEP, 0), self.max_step(state)
         if step > limit:  # the type and the sign were checked with the rest
             raise S.StateMismatchError(

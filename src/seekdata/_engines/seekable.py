@@ -13,6 +13,7 @@ from seekdata import _partition as P
 from seekdata import state as S
 from seekdata._engines.keyed import WHERE, KeyedEngine
 from seekdata._fetch import BatchKey
+from seekdata.rng import check_int
 from seekdata.sampler import DistributedSampler, dataset_length
 
 
@@ -262,11 +263,7 @@ class SeekableEngine(KeyedEngine):
 
     def skip(self, batches: int) -> None:
         where = "StatefulDataLoader.skip"
-        if isinstance(batches, bool) or not isinstance(batches, int):
-            raise TypeError(
-                f"{where}: batches must be an int (negative: back); got "
-                f"{type(batches).__name__} {batches!r}"
-            )
+        batches = check_int(batches, "batches", where)  # negative: back
         if batches == 0:
             return
         per_epoch = self.full_len()
@@ -284,11 +281,7 @@ class SeekableEngine(KeyedEngine):
 
     def skip_steps(self, start: int, stop: int) -> None:
         where = "StatefulDataLoader.skip_steps"
-        for name, value in (("start", start), ("stop", stop)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(
-                    f"{where}: {name} must be a global step, an int >= 0; got {value!r}"
-                )
+        start, stop = check_int(start, "start", where, 0), check_int(stop, "stop", where, 0)
         if start >= stop:
             raise ValueError(
                 f"{where}: the range [start, stop) must not be empty; got start={start}, "
@@ -327,11 +320,14 @@ class SeekableEngine(KeyedEngine):
         if not isinstance(state, dict):
             return here
         old, world = state.get(S.K_BATCH_SIZE), state.get(S.K_WORLD_SIZE)
-        if not (_is_int(old) and _is_int(world)) or old == here:
+        if not (_is_int(old) and _is_int(world)) or min(old, world) < 1 or old == here:
             return here  # a malformed field: the state check names it
         w_here = self.sampler.num_replicas
-        if old * world == here * w_here:
-            return int(old)  # the same global batch: a deliberate, checked change
+        if old * world == here * w_here:  # the same global batch: a deliberate, checked change
+            if self.drop_last or self.sampler.drop_last:  # ... if it cuts epochs alike
+                drop = (self.sampler.drop_last, self.drop_last)
+                S.check_geometry(state, self.sampler.n, (w_here, here), drop, where, strict)
+            return int(old)
         if not strict:
             return here  # the state check warns about the batch size, as for any field
         fits = old * world // w_here if old * world % w_here == 0 else None
