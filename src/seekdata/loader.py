@@ -45,7 +45,10 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     applied after collation, e.g. MixUp) and ``step_rng`` (on by default: each batch handed out
     seeds the caller's global RNG — torch CPU and CUDA, numpy, ``random`` — from (seed, epoch,
     step, rank) with :func:`seekdata.set_step_rng`, so Dropout and other model-side draws in
-    the step that follows resume exactly; ``False`` leaves global RNG to you, untouched).
+    the step that follows resume exactly; ``False`` leaves global RNG to you, untouched) and
+    ``batched_fetch`` (on by default: a dataset with a batched read of its own, ``__getitems__``,
+    reads each batch in one call under the batch's counters, as torch calls it; ``False``
+    fetches each sample with ``__getitem__`` under its own key; docs/randomness.md).
     ``state_dict()`` is a cursor; ``load_state_dict()``
     is O(1) and accepts another ``num_workers`` or world size. ``snapshot_every_n_steps`` is
     torchdata's: accepted and stored; a cursor is exact at every step whatever its value (it is
@@ -77,6 +80,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
         snapshot_every_n_steps: int | None = 1,
         step_rng: bool = True,
+        batched_fetch: bool = True,
     ) -> None:
         where = "StatefulDataLoader"
         reshard = batch_sampler.reshard if isinstance(batch_sampler, BatchIndices) else None
@@ -116,6 +120,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         self.drop_last = check_bool(drop_last, "drop_last", where)
         self.in_order = check_bool(in_order, "in_order", where)
         self.step_rng = check_bool(step_rng, "step_rng", where)
+        self.batched_fetch = check_bool(batched_fetch, "batched_fetch", where)
         if batch_size is not None and (
             isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
         ):
@@ -210,6 +215,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             worker_init_fn=worker_init_fn,
             options=options,
             step_rng=self.step_rng,
+            batched_fetch=self.batched_fetch,
         )
         if isinstance(sampler, DistributedSampler) and batch_sampler is None:
             if sampler.n != n:
