@@ -146,14 +146,22 @@ class KeyedDataset(torch.utils.data.Dataset):
         during collation; there is no single sample for sample_rng()."""
         saved = None
         if self.reseed:
-            if torch.utils.data.get_worker_info() is None:  # num_workers=0: the caller's RNG
-                saved = _globalrng.save(self.reseed)
+            saved = self._callers(self.reseed)
             _seed_globals_for_batch(self.seed, key, self.reseed)
         try:
             return self.dataset[key.indices[0]]
         finally:
             if saved is not None:
                 _globalrng.restore(saved)
+
+    @staticmethod
+    def _callers(reseed: tuple[str, ...]) -> tuple[Any, Any, Any] | None:
+        """The caller's global RNG, when this fetch runs in the caller's process (num_workers=0):
+        restored after the batch (even under step_rng, which reseeds it next: it tells a seed
+        the program set from its own by torch.initial_seed())."""
+        if torch.utils.data.get_worker_info() is None:
+            return _globalrng.save(reseed)
+        return None
 
     def __getitems__(self, key: BatchKey) -> _Fetched | _Read | FailedBatch:
         """The samples of ``key`` (torch's fetcher calls this with the batch sampler's item)."""
@@ -167,8 +175,7 @@ class KeyedDataset(torch.utils.data.Dataset):
         reseed = self.reseed
         saved = None
         if reseed:
-            if torch.utils.data.get_worker_info() is None:  # num_workers=0: the caller's RNG
-                saved = _globalrng.save(reseed)  # restored by Collate
+            saved = self._callers(reseed)  # restored by Collate
             _, epoch, step, digest = rng.batch_counters(key.epoch, key.step, key.indices)
             rng.seed_globals(rng.read_seeds(self.seed, epoch, step, digest), reseed)
         f = rng.current
@@ -194,9 +201,7 @@ class KeyedDataset(torch.utils.data.Dataset):
 
     def _fetch(self, key: BatchKey) -> _Fetched:
         reseed = self.reseed
-        saved = None
-        if reseed and torch.utils.data.get_worker_info() is None:
-            saved = _globalrng.save(reseed)  # num_workers=0: the caller's RNG, restored in Collate
+        saved = self._callers(reseed) if reseed else None  # restored in Collate
         if reseed and getattr(self.dataset, "reseeds_global_rng_itself", False):
             # e.g. a Mixture: it reseeds every generator from its sample's own key before the
             # source runs, so reseeding from the position's key first is unobservable
