@@ -1,6 +1,7 @@
 """Batched fetch: seekdata against torch's DataLoader on datasets that read a batch at once.
 
-    python benchmarks/batched.py             # ~2 min: results/batched.json + batched.png
+    python benchmarks/batched.py             # ~6 min: results/batched.json + batched.png
+    python benchmarks/batched.py --alternate # num_workers=0, blocks: results/batched_alternate.*
     python benchmarks/batched.py --quick     # a smoke run
 
 Issue 20's measurement: a dataset with ``__getitems__`` (one read per batch), batch 256, shuffled,
@@ -31,6 +32,12 @@ the per-round ratios to the DataLoader of the same round (paired: drift cancels)
 min-max; extra µs per batch is the median per-round difference in time, per batch.
 Goal (issue 20): seekdata >= 0.95x of DataLoader at workers 0 and 2 on ``hf`` and on a second
 batched source, ``tokens``.
+
+``--alternate`` (num_workers=0 only): a single process's speed on a shared machine swings
+within seconds, more than the differences measured here; so every loader's iterator is also
+opened at once (endless, across epochs) and timed in alternating blocks of ``--block`` batches,
+in a new random order each cycle. Ratio: DataLoader's summed block time ÷ the loader's, with the
+interquartile range of the per-cycle ratios.
 """
 
 from __future__ import annotations
@@ -38,9 +45,11 @@ from __future__ import annotations
 import functools
 import math
 import pathlib
+import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -128,6 +137,49 @@ def measure(args: Any) -> list[dict[str, Any]]:
     return out
 
 
+def endless(loader: Any) -> Iterator[Any]:
+    while True:
+        yield from loader
+
+
+def alternate(args: Any) -> list[dict[str, Any]]:
+    """num_workers=0: each loader's iterator open at once, timed in alternating blocks."""
+    out = []
+    with H.quiet(), tempfile.TemporaryDirectory(prefix="batched-") as scratch:
+        for src in args.sources:
+            dataset = source(src, args.rows, pathlib.Path(scratch))
+            iters = {name: endless(make(name, dataset, args.batch, 0)) for name in args.loaders}
+            for it in iters.values():
+                for _ in range(5):  # the first batches: epoch set-up, caches
+                    next(it)
+            seconds: dict[str, list[float]] = {name: [] for name in args.loaders}
+            shuffler = random.Random(0)  # the benchmark's own stream: never the global one
+            for _ in range(args.cycles):
+                for name in shuffler.sample(args.loaders, len(args.loaders)):
+                    it, t0 = iters[name], time.perf_counter()
+                    for _ in range(args.block):
+                        next(it)
+                    seconds[name].append(time.perf_counter() - t0)
+            base = seconds["DataLoader"]
+            blocks = args.cycles * args.block
+            for name in args.loaders:
+                cycle = sorted(b / a for a, b in zip(seconds[name], base, strict=True))
+                q = len(cycle) // 4
+                out.append(
+                    {
+                        "source": src,
+                        "workers": 0,
+                        "loader": name,
+                        "samples/s": blocks * args.batch / sum(seconds[name]),
+                        "÷ DataLoader": sum(base) / sum(seconds[name]),
+                        "spread": f"{cycle[q]:.3f}-{cycle[-q - 1]:.3f}",
+                        "extra us/batch": 1e6 * (sum(seconds[name]) - sum(base)) / blocks,
+                    }
+                )
+            del iters, dataset
+    return out
+
+
 def plot(out: pathlib.Path, rows: list[dict[str, Any]], args: Any) -> None:
     configs = list(dict.fromkeys((r["source"], r["workers"]) for r in rows))
     kinds = [k for k in dict.fromkeys(r["loader"] for r in rows) if k != "DataLoader"]
@@ -172,7 +224,10 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--epochs", type=int, help="epochs per run (default: hf 2, tokens 2, rows 20)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    p.add_argument("--alternate", action="store_true", help="workers=0, alternating blocks")
+    p.add_argument("--cycles", type=int, default=100, help="--alternate: cycles (100)")
+    p.add_argument("--block", type=int, default=5, help="--alternate: batches a block (5)")
     args = p.parse_args()
     args.sources = args.sources.split(",")
     args.loaders = list(dict.fromkeys(["DataLoader", *args.loaders.split(",")]))
@@ -183,18 +238,27 @@ def main() -> None:
     if unknown:
         p.error(f"unknown source or loader {unknown}; choose from {SOURCES} and {LOADERS}")
     if args.quick:
-        args.rows, args.epochs, args.rounds = 4096, args.epochs or 1, 1
-    rows = measure(args)
-    print(
-        f"\n{args.rows:,} rows, batch {args.batch}, shuffled; median of {args.rounds} rounds in "
-        f"random order"
-    )
-    print(H.table(rows, ["source", "workers", "epochs", "loader", "samples/s", "÷ DataLoader",
-                         "spread", "extra us/batch"]))  # fmt: skip
+        args.rows, args.epochs, args.rounds, args.cycles = 4096, args.epochs or 1, 1, 3
     config = {k: getattr(args, k) for k in ("sources", "loaders", "workers", "rows", "batch",
                                              "epochs", "rounds", "quick")}  # fmt: skip
-    H.write(args.out, "batched", rows, config=config)
-    plot(args.out, rows, args)
+    if args.alternate:
+        rows = alternate(args)
+        print(f"\nnum_workers=0, {args.rows:,} rows, batch {args.batch}, {args.cycles} cycles of "
+              f"{args.block}-batch blocks in random order; ratio: DataLoader's summed time ÷ the "
+              f"loader's; spread: the per-cycle ratios' interquartile range")  # fmt: skip
+        columns = ["source", "loader", "samples/s", "÷ DataLoader", "spread", "extra us/batch"]
+        config.update(cycles=args.cycles, block=args.block, mode="alternate")
+        out = args.out.with_name(args.out.stem + "_alternate.json")
+    else:
+        rows = measure(args)
+        print(f"\n{args.rows:,} rows, batch {args.batch}, shuffled; median of {args.rounds} "
+              f"rounds in random order")  # fmt: skip
+        columns = ["source", "workers", "epochs", "loader", "samples/s", "÷ DataLoader",
+                   "spread", "extra us/batch"]  # fmt: skip
+        out = args.out
+    print(H.table(rows, columns))
+    H.write(out, "batched", rows, config=config)
+    plot(out, rows, args)
 
 
 if __name__ == "__main__":
