@@ -144,6 +144,34 @@ def test_a_read_draws_from_the_batch_counters_as_the_table_says() -> None:
     )
 
 
+class Nested(Counting):
+    """A read that draws, runs a nested sample scope (which keys the thread's sample stream),
+    then draws again: the batch's stream goes on where it was."""
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[int, float]]:
+        first = seekdata.sample_rng().random()
+        with rng.sample_scope(0, 0, 99) as inner:
+            inner.random()
+        second = seekdata.sample_rng().random()
+        return [(i, first if k % 2 == 0 else second) for k, i in enumerate(indices)]
+
+
+def test_a_nested_sample_scope_leaves_the_batchs_stream_where_it_was() -> None:
+    ids, values = next(iter(loader(Nested(), shuffle=False)))
+    assert ids.tolist() == [0, 1, 2, 3]
+    want = rng.read_generator(3, 0, 0, [0, 1, 2, 3]).random(2)
+    assert values.tolist() == [want[0], want[1]] * 2
+
+
+def test_columns_from_a_read_go_to_your_collate_fn_as_torch_passes_them() -> None:
+    class Columns(Counting):
+        def __getitems__(self, indices: list[int]) -> dict[str, list[int]]:
+            return {"id": indices, "twice": [2 * i for i in indices]}
+
+    batch = next(iter(loader(Columns(), shuffle=False, collate_fn=lambda cols: cols)))
+    assert batch == {"id": [0, 1, 2, 3], "twice": [0, 2, 4, 6]}
+
+
 def test_the_callers_global_rng_is_left_as_it_was_without_workers() -> None:
     torch.manual_seed(11)
     np.random.seed(11)
