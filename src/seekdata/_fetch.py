@@ -113,7 +113,8 @@ class FailedBatch:
 
 
 class KeyedDataset(torch.utils.data.Dataset):
-    """Wraps a map-style dataset so that each fetch runs under the sample's counters."""
+    """Wraps a map-style dataset so that each fetch runs under its counters: the sample's, or
+    the batch's for a batched read."""
 
     def __init__(
         self, dataset: Any, seed: int, reseed_global_rng: Any, batched_fetch: bool = True
