@@ -45,11 +45,16 @@ def test_quick_run_writes_json_and_png(
         payload
     )
     assert payload["config"]["workers"] == [0] and payload["config"]["quick"] is True
-    (row,) = payload["throughput"]
-    assert row["num_workers"] == 0 and row["batch_size"] == 32 and row["pin_memory"] is False
-    for name in bench.LOADERS:
-        assert row[name] > 0 and row[f"{name} / DataLoader"] > 0
-    assert row["DataLoader / DataLoader"] == 1.0
+    assert payload["config"]["workload"] == "synthetic,batched"  # the default
+    rows = payload["throughput"]
+    assert [r["workload"] for r in rows] == ["synthetic", "batched"]
+    for row in rows:
+        assert row["num_workers"] == 0 and row["batch_size"] == 32 and row["pin_memory"] is False
+        for name in bench.LOADERS:
+            assert row[name] > 0 and row[f"{name} / DataLoader"] > 0
+        assert row["DataLoader / DataLoader"] == 1.0
+        assert row["seekdata / DataLoader + reseed"] > 0  # both of seekdata's ratios
+    assert any("batched workload: a datasets Arrow table" in note for note in payload["notes"])
     points = {(r["loader"], r["position"]) for r in payload["resume"]}
     assert points == {(name, p) for name in bench.LOADERS for p in (0, 96, 992)}
     assert all(r["ms"] > 0 and not r["extrapolated"] for r in payload["resume"])
@@ -60,6 +65,8 @@ def test_quick_run_writes_json_and_png(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
     assert "samples/s" in printed and "load_state_dict -> first batch" in printed
+    header = next(line for line in printed.splitlines() if line.startswith("workload "))
+    assert "seekdata / DataLoader " in header and "seekdata / DataLoader + reseed" in header
 
 
 def test_cpu_only_skips_pinning_with_a_note(
@@ -67,7 +74,7 @@ def test_cpu_only_skips_pinning_with_a_note(
 ) -> None:
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
     out = tmp_path / "b.json"
-    argv = ["--quick", "--no-progress", "--no-resume", "--workers", "0"]
+    argv = ["--quick", "--no-progress", "--no-resume", "--workers", "0", "--workload", "synthetic"]
     assert run(*argv, "--pin-memory", "both", "--out", str(out)) == 0
     payload = json.loads(out.read_text())
     assert [r["pin_memory"] for r in payload["throughput"]] == [False]
@@ -75,9 +82,33 @@ def test_cpu_only_skips_pinning_with_a_note(
     assert payload["resume"] == [] and payload["config"]["device"] is None
 
 
+def test_without_datasets_the_batched_workload_is_a_memmap_of_rows(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench._report, "datasets_available", lambda: False)
+    out = tmp_path / "b.json"
+    argv = ["--quick", "--no-progress", "--no-resume", "--workers", "0", "--workload", "batched"]
+    assert run(*argv, "--out", str(out)) == 0
+    payload = json.loads(out.read_text())
+    (row,) = payload["throughput"]
+    assert row["workload"] == "batched" and row["seekdata / DataLoader"] > 0
+    assert any("a numpy memmap" in note for note in payload["notes"])
+
+
+def test_each_loader_has_its_own_colour() -> None:
+    plt = bench.pyplot()
+    fig, ax = plt.subplots()
+    names = [*bench.LOADERS, "DataLoader + reseed", "grain", "seekdata / DataLoader", "other"]
+    bench.plot_bars(ax, ["a", "b"], {name: [1.0, 2.0] for name in names}, "samples/s")
+    colours = [tuple(bars.patches[0].get_facecolor()) for bars in ax.containers]
+    plt.close(fig)
+    assert len(colours) == len(names) and len(set(colours)) == len(names)
+
+
 @pytest.mark.parametrize(
     "argv",
     [
+        ["--workload", "synthetic,nope"],
         ["--workers", "-1"],
         ["--workers", "two"],
         ["--batch-sizes", "0"],

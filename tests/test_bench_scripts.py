@@ -49,3 +49,19 @@ def test_mixture_throughput_pairs_each_loader_with_its_baseline(tmp_path: pathli
     assert pairs["seekdata, Mixture"].startswith("DataLoader + reseed")
     assert pairs["seekdata, Mixture, reseed off"].startswith("DataLoader, ")
     assert all(r["samples/s"] > 0 for r in rows)
+
+
+def test_batched_reads_write_ratios_to_the_dataloader_and_a_plot(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "b.json"
+    argv = ["--quick", "--sources", "hf,rows", "--workers", "0", "--loaders", "seekdata"]
+    text = script("batched.py", *argv, "--out", str(out))
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["source"], r["loader"]) for r in rows] == [
+        (source, loader) for source in ("hf", "rows") for loader in ("DataLoader", "seekdata")
+    ]
+    assert all(r["÷ DataLoader"] > 0 for r in rows) and "extra us/batch" in text
+    assert out.with_suffix(".png").stat().st_size > 0
+    script("batched.py", *argv, "--alternate", "--out", str(out))
+    rows = json.loads((tmp_path / "b_alternate.json").read_text())["rows"]
+    assert {r["loader"] for r in rows} == {"DataLoader", "seekdata"}
+    assert (tmp_path / "b_alternate.png").stat().st_size > 0

@@ -11,7 +11,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seekdata.order import Feistel, Sequential, Shards, TorchRandperm, make_order
+from seekdata.order import (
+    Feistel,
+    Sequential,
+    Shards,
+    TorchRandperm,
+    feistel_index,
+    make_order,
+)
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "orders.json").read_text())
 
@@ -29,6 +36,17 @@ def test_golden_orders() -> None:
             cls = Feistel if kind == "feistel" else TorchRandperm
             got = cls(n, seed).indices(epoch, np.arange(min(n, 16)))
         assert got.tolist() == expected, name
+
+
+@pytest.mark.parametrize("n", [2, 3, 100, 20_000, 2**20 + 7])
+def test_the_vectorised_feistel_agrees_with_the_scalar_walk_for_any_chunk(n: int) -> None:
+    """Vectorised passes, then the last few elements walked in Python: the scalar order's bits,
+    whether a call holds one position or hundreds."""
+    gen = np.random.default_rng(n)
+    for count in (1, 7, 30, 300):
+        positions = gen.integers(0, n, count)
+        got = Feistel(n, 3).indices(2, positions).tolist()
+        assert got == [feistel_index(n, 3, 2, int(p)) for p in positions], count
 
 
 @settings(max_examples=60, deadline=None)

@@ -181,6 +181,17 @@ def test_each_stream_is_derived_as_the_table_says() -> None:
     k = rng.key_words(seed, (rng.BATCH, epoch), 4)
     h = int(rng.mix_keyed(k[:2], np.array([step << 32 | digest], dtype=np.uint64))[0])
     assert rng.batch_seeds(seed, epoch, step, digest) == [h & 0xFFFFFFFF, h >> 32, h ^ k[2]]
+    # global RNG while a batch is read: key (seed, READ, epoch), mix_keyed of (step, digest)
+    k = rng.key_words(seed, (rng.READ, epoch), 4)
+    h = int(rng.mix_keyed(k[:2], np.array([step << 32 | digest], dtype=np.uint64))[0])
+    assert rng.read_seeds(seed, epoch, step, digest) == [h & 0xFFFFFFFF, h >> 32, h ^ k[2]]
+    # a batched read's stream: Philox, key (seed, READ, epoch), counter (0, step, digest, 0)
+    key = np.array(k[:2], dtype=np.uint64)
+    bitgen = np.random.Philox(key=key, counter=np.array([0, step, digest, 0], dtype=np.uint64))
+    assert np.array_equal(
+        rng.read_generator(seed, epoch, step, digest_of).random(4),
+        np.random.Generator(bitgen).random(4),
+    )
     # model-side global RNG: (seed, step, rank), key words 2 to 5 (torch, cuda, numpy, random)
     words = rng.key_words(seed, (step, 1), 6)
     seekdata.set_step_rng(seed, step, rank=1)

@@ -2,16 +2,24 @@
 
 The loader's batch sampler yields :class:`BatchKey` objects instead of index lists. torch's
 map-style fetcher hands each one to ``dataset.__getitems__`` (public since torch 2.0), which
-here fetches every sample with global RNG seeded from (seed, epoch, index) and
-:func:`seekdata.sample_rng` pointing at the sample's stream. The collate wrapper then applies
-the batch-level transform with the batch's stream (seed, BATCH, epoch, step, digest of the
-indices), in the worker. Every key and seed comes from :mod:`seekdata.rng` (rng.STREAMS).
+here reads the batch the way the dataset reads:
+
+- a dataset with a batched read of its own (:func:`batched_read`: HF ``datasets``, Arrow,
+  a memmap of rows) gets one ``dataset.__getitems__(indices)`` call per batch, as torch makes
+  it, with global RNG seeded from the batch's counters (seed, READ, epoch, step, digest of the
+  indices) and :func:`seekdata.sample_rng` pointing at the batch's stream;
+- any other dataset (or ``batched_fetch=False``) gets ``dataset[index]`` per sample, with global
+  RNG seeded from (seed, epoch, index) and :func:`seekdata.sample_rng` at the sample's stream.
+
+The collate wrapper then applies the batch-level transform with the batch's stream (seed,
+BATCH, epoch, step, digest of the indices), in the worker. Every key and seed comes from
+:mod:`seekdata.rng` (rng.STREAMS).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -41,6 +49,35 @@ class _Fetched(list):
 
     key: BatchKey
     saved: tuple[Any, Any, Any] | None = None
+
+
+class _Read:
+    """What one ``dataset.__getitems__`` call returned for a batch, as is (torch hands it to
+    ``collate_fn`` unchanged), with its key and, in the main process, the caller's global RNG
+    state, which the collate wrapper restores."""
+
+    __slots__ = ("key", "samples", "saved")
+
+    def __init__(self, samples: Any, key: BatchKey, saved: tuple[Any, Any, Any] | None) -> None:
+        self.samples, self.key, self.saved = samples, key, saved
+
+
+def batched_read(dataset: Any) -> bool:
+    """Whether the loader reads a batch of ``dataset`` with one ``dataset.__getitems__`` call.
+
+    torch's rule (the attribute exists and is callable), except for torch's own wrappers, which
+    define ``__getitems__`` whatever they wrap: a ``Subset`` reads in batches when its dataset
+    does, a ``StackDataset`` when all of its datasets do. Otherwise a ``Subset`` of a dataset
+    that reads one sample at a time would lose its per-sample keys without a word."""
+    if not callable(getattr(dataset, "__getitems__", None)):
+        return False
+    kind = type(dataset)
+    if kind.__getitems__ is torch.utils.data.Subset.__getitems__:
+        return batched_read(dataset.dataset)
+    if kind.__getitems__ is torch.utils.data.StackDataset.__getitems__:
+        parts = dataset.datasets
+        return all(batched_read(d) for d in (parts.values() if isinstance(parts, dict) else parts))
+    return True
 
 
 class FailedBatch:
@@ -76,13 +113,17 @@ class FailedBatch:
 
 
 class KeyedDataset(torch.utils.data.Dataset):
-    """Wraps a map-style dataset so that each fetch runs under the sample's counters."""
+    """Wraps a map-style dataset so that each fetch runs under its counters: the sample's, or
+    the batch's for a batched read."""
 
-    def __init__(self, dataset: Any, seed: int, reseed_global_rng: Any) -> None:
+    def __init__(
+        self, dataset: Any, seed: int, reseed_global_rng: Any, batched_fetch: bool = True
+    ) -> None:
         self.dataset = dataset
         self.seed = seed
         self.reseed = _globalrng.reseed_set(reseed_global_rng, "KeyedDataset")
         self.reseed_global_rng = bool(self.reseed)
+        self.batched = batched_fetch and batched_read(dataset)  # one __getitems__ per batch
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -106,8 +147,7 @@ class KeyedDataset(torch.utils.data.Dataset):
         during collation; there is no single sample for sample_rng()."""
         saved = None
         if self.reseed:
-            if torch.utils.data.get_worker_info() is None:  # num_workers=0: the caller's RNG
-                saved = _globalrng.save(self.reseed)
+            saved = self._callers(self.reseed)
             _seed_globals_for_batch(self.seed, key, self.reseed)
         try:
             return self.dataset[key.indices[0]]
@@ -115,18 +155,54 @@ class KeyedDataset(torch.utils.data.Dataset):
             if saved is not None:
                 _globalrng.restore(saved)
 
-    def __getitems__(self, key: BatchKey) -> _Fetched | FailedBatch:
+    @staticmethod
+    def _callers(reseed: tuple[str, ...]) -> tuple[Any, Any, Any] | None:
+        """The caller's global RNG, when this fetch runs in the caller's process (num_workers=0):
+        restored after the batch (even under step_rng, which reseeds it next: it tells a seed
+        the program set from its own by torch.initial_seed())."""
+        if torch.utils.data.get_worker_info() is None:
+            return _globalrng.save(reseed)
+        return None
+
+    def __getitems__(self, key: BatchKey) -> _Fetched | _Read | FailedBatch:
         """The samples of ``key`` (torch's fetcher calls this with the batch sampler's item)."""
         try:
-            return self._fetch(key)
+            return self._read(key) if self.batched else self._fetch(key)
         except Exception:
             return FailedBatch.caught()
 
-    def _fetch(self, key: BatchKey) -> _Fetched:
+    def _read(self, key: BatchKey) -> _Read:
+        """One ``dataset.__getitems__(indices)`` call, under the batch's counters."""
         reseed = self.reseed
         saved = None
-        if reseed and torch.utils.data.get_worker_info() is None:
-            saved = _globalrng.save(reseed)  # num_workers=0: the caller's RNG, restored in Collate
+        if reseed:
+            saved = self._callers(reseed)  # restored by Collate
+            _, epoch, step, digest = rng.batch_counters(key.epoch, key.step, key.indices)
+            rng.seed_globals(rng.read_seeds(self.seed, epoch, step, digest), reseed)
+        f = rng.current
+        f.seed, f.epoch = self.seed, key.epoch
+        now = f.now
+        now[0], now[2], now[3] = rng.IN_READ, None, key  # sample_rng(): the batch's stream
+        try:
+            samples = self.dataset.__getitems__(list(key.indices))  # a list, as torch passes
+        except BaseException as e:
+            if saved is not None:
+                _globalrng.restore(saved)
+            if isinstance(e, Exception):  # its type stays the caller's to catch, as with torch
+                _note(e, f"while {_reading(self.dataset, key)}")
+            raise
+        finally:
+            now[0], now[2], now[3] = -1, None, ()
+        error = _miscount(self.dataset, key, samples)
+        if error is not None:
+            if saved is not None:
+                _globalrng.restore(saved)
+            raise error
+        return _Read(samples, key, saved)
+
+    def _fetch(self, key: BatchKey) -> _Fetched:
+        reseed = self.reseed
+        saved = self._callers(reseed) if reseed else None  # restored in Collate
         if reseed and getattr(self.dataset, "reseeds_global_rng_itself", False):
             # e.g. a Mixture: it reseeds every generator from its sample's own key before the
             # source runs, so reseeding from the position's key first is unobservable
@@ -183,6 +259,45 @@ class KeyedDataset(torch.utils.data.Dataset):
         return out
 
 
+def _reading(dataset: Any, key: BatchKey) -> str:
+    """Which call read which batch, for an error: the class, epoch, step and first indices."""
+    shown = ", ".join(str(i) for i in key.indices[:8]) + (", ..." if len(key) > 8 else "")
+    return (
+        f"{type(dataset).__name__}.__getitems__ read the batch of epoch {key.epoch}, step "
+        f"{key.step} ({len(key)} indices: [{shown}])"
+    )
+
+
+def _miscount(dataset: Any, key: BatchKey, samples: Any) -> Exception | None:
+    """The error when a read did not return one sample per index, as torch's collation expects;
+    a mapping (columns, for a collate_fn of your own) is passed on unchecked, as torch does."""
+    if isinstance(samples, Mapping):
+        return None
+    try:
+        count = len(samples)
+    except TypeError:
+        return TypeError(
+            f"{_reading(dataset, key)} and returned {type(samples).__name__}, which has no "
+            f"len(); __getitems__ must return one sample per index (a list of {len(key)}); "
+            f"return a list, or pass batched_fetch=False to read each sample with __getitem__"
+        )
+    if count == len(key):
+        return None
+    return ValueError(
+        f"{_reading(dataset, key)} and returned {count} samples; __getitems__ must return one "
+        f"sample per index ({len(key)}); fix its return value, or pass batched_fetch=False to "
+        f"read each sample with __getitem__"
+    )
+
+
+def _note(error: BaseException, note: str) -> None:
+    """Add ``note`` to the traceback of ``error``, whose type stays the caller's to catch
+    (Python 3.11+; on 3.10 the error goes on as raised)."""
+    add = getattr(error, "add_note", None)
+    if add is not None:
+        add(note)
+
+
 def _stopped(dataset: Any, index: Any) -> RuntimeError:
     return RuntimeError(
         f"{type(dataset).__name__}.__getitem__({index}) raised StopIteration, which would end "
@@ -220,19 +335,23 @@ class Collate:
         self._randomless = any(collate_fn is f for f in _RANDOMLESS)
         self._reseed_batch = () if self._randomless and batch_transform is None else self.reseed
 
-    def __call__(self, data: Sequence[Any]) -> Any:
-        if type(data) is FailedBatch:
+    def __call__(self, data: Any) -> Any:
+        kind = type(data)
+        if kind is FailedBatch:
             return data
-        if not isinstance(data, _Fetched):  # one sample (batch_size=None): nothing keyed
+        if kind is _Read:  # one __getitems__ call: what it returned, as torch passes it on
+            samples = data.samples
+        elif kind is _Fetched:  # torch's collate functions take the list as is; a user's a list
+            samples = data if self._randomless else list(data)
+        else:  # one sample (batch_size=None): nothing keyed
             try:
-                return self.collate_fn(data)  # type: ignore[arg-type]
+                return self.collate_fn(data)
             except Exception:
                 return FailedBatch.caught()
         try:
             if self._reseed_batch:
                 _seed_globals_for_batch(self.seed, data.key, self._reseed_batch)
-            # torch's collate functions take the list as is; a user's gets a plain list
-            batch = self.collate_fn(data if self._randomless else list(data))
+            batch = self.collate_fn(samples)
             if self.batch_transform is not None:
                 # rng.batch_generator's stream; the loader's own indices need no checking
                 key = data.key

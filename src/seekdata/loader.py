@@ -46,6 +46,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     seeds the caller's global RNG — torch CPU and CUDA, numpy, ``random`` — from (seed, epoch,
     step, rank) with :func:`seekdata.set_step_rng`, so Dropout and other model-side draws in
     the step that follows resume exactly; ``False`` leaves global RNG to you, untouched),
+    ``batched_fetch`` (on by default: a dataset with a batched read of its own, ``__getitems__``,
+    reads each batch in one call under the batch's counters, as torch calls it; ``False``
+    fetches each sample with ``__getitem__`` under its own key; docs/randomness.md),
     ``device`` (None: off; e.g. ``"cuda"``: each batch arrives already on that device, its copy
     started ``device_prefetch`` batches ahead from pinned memory on a side CUDA stream, so it
     overlaps the steps before; ``"cpu"``: no copy, the same look-ahead; a device this machine
@@ -82,6 +85,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         batch_transform: Callable[[Any, np.random.Generator], Any] | None = None,
         snapshot_every_n_steps: int | None = 1,
         step_rng: bool = True,
+        batched_fetch: bool = True,
         device: str | torch.device | None = None,
         device_prefetch: int = 1,
     ) -> None:
@@ -123,6 +127,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         self.drop_last = check_bool(drop_last, "drop_last", where)
         self.in_order = check_bool(in_order, "in_order", where)
         self.step_rng = check_bool(step_rng, "step_rng", where)
+        self.batched_fetch = check_bool(batched_fetch, "batched_fetch", where)
         if batch_size is not None and (
             isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
         ):
@@ -223,6 +228,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             worker_init_fn=worker_init_fn,
             options=options,
             step_rng=self.step_rng,
+            batched_fetch=self.batched_fetch,
         )
         if isinstance(sampler, DistributedSampler) and batch_sampler is None:
             if sampler.n != n:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,6 +41,7 @@ from seekdata._globalrng import GENERATORS, seed_globals
 from seekdata._keys import (
     BATCH,
     ORDER,
+    READ,
     SAMPLE,
     STEP,
     batch_counters,
@@ -53,18 +54,24 @@ from seekdata._keys import (
     key_words,
     mix64,
     mix64_int,
+    mix64_into,
     mix_keyed,
+    read_counter,
+    read_seeds,
     sample_seeds,
     seed_columns,
     splitmix64,
     step_seed,
 )
+from seekdata._streams import STREAMS, Stream
 
 __all__ = [
     "BATCH",
     "GENERATORS",
     "IN_BATCH",
+    "IN_READ",
     "ORDER",
+    "READ",
     "SAMPLE",
     "STEP",
     "STREAMS",
@@ -84,9 +91,13 @@ __all__ = [
     "key_words",
     "mix64",
     "mix64_int",
+    "mix64_into",
     "mix_keyed",
     "nest",
     "numpy_generator",
+    "read_counter",
+    "read_generator",
+    "read_seeds",
     "restore_globals",
     "sample_generator",
     "sample_rng",
@@ -100,70 +111,6 @@ __all__ = [
     "unnest",
 ]
 
-
-class Stream(NamedTuple):
-    """One row of the randomness table: a decision, the counters it is a function of, and
-    the code that derives it."""
-
-    decision: str
-    counters: str
-    code: str
-
-
-#: Every stream seekdata derives: the single source of the table in this docstring and in
-#: docs/randomness.md (tests/test_rng.py checks both, and each row against the code).
-STREAMS = (
-    Stream(
-        "epoch order: dataset index at global position p",
-        "Feistel rounds keyed by (seed, ORDER, epoch), applied to p",
-        "seekdata.order.Feistel",
-    ),
-    Stream(
-        "a sample's own stream",
-        "Philox, key (seed, SAMPLE, epoch), counter (0, 0, dataset index, 0)",
-        "seekdata.sample_rng(), seekdata.sample_generator",
-    ),
-    Stream(
-        "a transform step's stream (Compose)",
-        "the sample's Philox key, counter (0, 0, index, splitmix64 chain of the step path)",
-        "seekdata.transforms.Compose",
-    ),
-    Stream(
-        "global RNG while a sample is fetched",
-        "key (seed, SAMPLE, epoch), mix_keyed of the dataset index",
-        "seekdata.rng.global_seeds",
-    ),
-    Stream(
-        "a batch-level transform (mixup, cutmix)",
-        "(seed, BATCH, epoch, step on this rank, crc32 of the batch's indices)",
-        "seekdata.rng.batch_generator",
-    ),
-    Stream(
-        "global RNG while a batch is collated",
-        "key (seed, BATCH, epoch), mix_keyed of (step, crc32 of the indices)",
-        "seekdata.rng.batch_seeds",
-    ),
-    Stream(
-        "an iterable dataset's worker: global RNG",
-        "(seed, WORKER, epoch, rank, worker)",
-        "the loader's worker_init_fn",
-    ),
-    Stream(
-        "model-side global RNG (dropout, noise)",
-        "(seed, step, rank), key words 2 to 5",
-        "seekdata.set_step_rng",
-    ),
-    Stream(
-        "model-side global RNG, keyed by the loader (step_rng=True)",
-        "set_step_rng of (key (seed, STEP, epoch), step in the epoch, rank), at each batch",
-        "seekdata.StatefulDataLoader",
-    ),
-    Stream(
-        "model-side explicit randomness",
-        "(seed, step, rank) or any tuple of yours, key words 0 and 1",
-        "seekdata.torch_generator, seekdata.numpy_generator",
-    ),
-)
 
 _U64 = np.uint64
 
@@ -223,7 +170,26 @@ def batch_generator(
 ) -> np.random.Generator:
     """The stream a seekdata loader hands ``batch_transform`` for the batch of dataset
     ``indices`` at ``step`` (batches of the epoch on this rank, from 0) of ``epoch``."""
-    where = "batch_generator"
+    seed, epoch, step, checked = _check_batch(seed, epoch, step, indices, "batch_generator")
+    return numpy_generator(seed, *batch_counters(epoch, step, checked))
+
+
+def read_generator(seed: int, epoch: int, step: int, indices: Sequence[int]) -> np.random.Generator:
+    """The stream :func:`sample_rng` returns while a seekdata loader reads the batch of dataset
+    ``indices`` at ``step`` of ``epoch`` with one ``dataset.__getitems__`` call."""
+    seed, epoch, step, checked = _check_batch(seed, epoch, step, indices, "read_generator")
+    return _read_stream(seed, epoch, step, batch_counters(epoch, step, checked)[3])
+
+
+def _read_stream(seed: int, epoch: int, step: int, digest: int) -> np.random.Generator:
+    key = np.array(key_words(seed, (READ, epoch), 2), dtype=_U64)
+    counter = np.array(read_counter(step, digest), dtype=_U64)
+    return np.random.Generator(np.random.Philox(key=key, counter=counter))
+
+
+def _check_batch(
+    seed: Any, epoch: Any, step: Any, indices: Any, where: str
+) -> tuple[int, int, int, tuple[int, ...]]:
     seed = check_counter(seed, "seed", where)
     epoch = check_counter(epoch, "epoch", where)
     step = check_counter(step, "step", where)
@@ -232,8 +198,7 @@ def batch_generator(
             f"{where}: indices must be the batch's dataset indices (a sequence of ints); got "
             f"{type(indices).__name__}; pass e.g. indices=[3, 1, 4]"
         )
-    checked = tuple(check_counter(i, "index", where) for i in indices)
-    return numpy_generator(seed, *batch_counters(epoch, step, checked))
+    return seed, epoch, step, tuple(check_counter(i, "index", where) for i in indices)
 
 
 # --- the sample being fetched -----------------------------------------------------------------
@@ -248,7 +213,10 @@ class _Fetch(threading.local):
       batch's indices ``now[3]``: the sample being fetched is the one the iterator just gave,
       found from its length hint, so the loop writes nothing per sample;
     - ``now[1]``: the sample's stream is not keyed yet (index mode);
-    - ``now[4]``: the batch position whose stream is keyed (batch mode; -1: none yet)."""
+    - ``now[4]``: the batch position whose stream is keyed (batch mode; -1: none yet);
+    - :data:`IN_READ` in ``now[0]`` while the loader reads a batch with one
+      ``dataset.__getitems__`` call: ``now[3]`` is the batch's key (epoch, step, indices) and
+      ``now[2]`` its stream, made at the first ``sample_rng()`` (None before)."""
 
     seed: int = -1
     epoch: int = -1
@@ -263,6 +231,8 @@ class _Fetch(threading.local):
 
 #: ``now[0]`` while the loader fetches a batch by ``map`` (see :class:`_Fetch`).
 IN_BATCH = -2
+#: ``now[0]`` while the loader reads a batch with ``dataset.__getitems__`` (see :class:`_Fetch`).
+IN_READ = -3
 
 #: The sample this thread is fetching: ``seed``, ``epoch`` and ``now`` (see :class:`_Fetch`).
 #: Written by the loader's fetch loop and :func:`enter_sample`; read by :func:`sample_rng`.
@@ -275,6 +245,9 @@ def sample_rng() -> np.random.Generator:
     Its stream is a pure function of (seed, epoch, dataset index): the same whichever
     worker or rank loads the sample. Calls within one fetch continue one stream. The
     object is reused between samples; do not keep it past ``__getitem__``.
+
+    Inside ``dataset.__getitems__`` (the loader reads a whole batch in one call) it is the
+    batch's stream (:func:`read_generator`): a pure function of (seed, epoch, step, indices).
     """
     f = current
     now = f.now
@@ -288,6 +261,12 @@ def sample_rng() -> np.random.Generator:
         index = indices[at]
         fresh = now[4] != at
         now[4] = at
+    elif index == IN_READ:  # one __getitems__ call reads the batch: the batch's stream
+        if now[2] is None:
+            key = now[3]
+            digest = batch_counters(key.epoch, key.step, key.indices)[3]
+            now[2] = _read_stream(f.seed, f.epoch, key.step, digest)
+        return now[2]
     else:
         raise RuntimeError(
             "sample_rng() must be called while a seekdata loader fetches a sample "

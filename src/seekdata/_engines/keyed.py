@@ -63,6 +63,7 @@ class KeyedEngine:
         worker_init_fn: Callable[[int], None] | None,
         options: dict[str, Any],
         step_rng: bool = True,
+        batched_fetch: bool = True,
     ) -> None:
         self.seed = seed
         self.step_rng = step_rng  # key the caller's global RNG by each batch's step
@@ -72,7 +73,7 @@ class KeyedEngine:
         self.reseed, self.batch_transform = reseed, batch_transform
         self.num_batches = 0  # batches of the epoch planned by begin()
         self._live: weakref.ReferenceType[_LoaderIter] | None = None
-        self.keyed = KeyedDataset(dataset, seed, reseed)
+        self.keyed = KeyedDataset(dataset, seed, reseed, batched_fetch)
         keys = _KeyBatches(self)
         # batch_size=None: one sample per step without collation, as torch does
         self.loader = torch.utils.data.DataLoader(

@@ -1,13 +1,16 @@
 """``seekdata bench``: throughput and resume latency, seekdata next to torch and torchdata.
 
-The command sweeps ``num_workers``, batch size and ``pin_memory`` over one synthetic map-style
-dataset and runs seekdata's ``StatefulDataLoader``, torch's ``DataLoader`` and torchdata's
-``StatefulDataLoader`` in interleaved rounds (A B C A B C ...), so that drift of the machine hits
-each alike. With CUDA, each batch is also moved with ``.to("cuda", non_blocking=True)``. It then
-times ``load_state_dict`` -> first batch against the position resumed from (torch's DataLoader:
-iterate and discard the consumed batches), and the cost and size of ``state_dict()``. Table on
-stdout, progress bar on stderr, JSON and a PNG plot at ``--out`` (the plot needs matplotlib, the
-``bench`` extra; without it the command says so first and writes the rest).
+The command sweeps ``num_workers``, batch size and ``pin_memory`` over map-style workloads (by
+default a synthetic per-sample dataset and a batched read: a Hugging Face ``datasets`` Arrow table
+when ``datasets`` is installed, else float rows in a numpy memmap, both read a batch per
+``__getitems__`` call) and runs seekdata's ``StatefulDataLoader``, torch's ``DataLoader`` and
+torchdata's ``StatefulDataLoader`` in interleaved rounds, each in a new random order, so that
+drift of the machine hits each alike. With CUDA, each batch is also moved with
+``.to("cuda", non_blocking=True)``. It then times ``load_state_dict`` -> first batch against
+the position resumed from (torch's DataLoader: iterate and discard the consumed batches), and
+the cost and size of ``state_dict()``. Table on stdout, progress bar on stderr, JSON and a PNG
+plot at ``--out`` (the plot needs matplotlib, the ``bench`` extra; without it the command says
+so first and writes the rest).
 
 The module is also the harness of the scripts in ``benchmarks/`` (timing, interleaving, tables,
 JSON, plots), so the figures in the docs and ``seekdata bench`` share one implementation.
@@ -20,7 +23,7 @@ import math
 import os
 import pathlib
 import sys
-from collections.abc import Callable
+import tempfile
 from typing import Any
 
 import torch
@@ -46,31 +49,55 @@ from seekdata.tools.bench._harness import (
 from seekdata.tools.bench._measure import (
     Indices,
     Synthetic,
+    batch_len,
     first_batch_s,
     make_loader,
-    plot_bars,
-    plot_resume,
     replay_s,
     resume_sweep,
     run_loader,
     samples_per_s,
-    save,
     state_cost,
     states_at,
 )
-from seekdata.tools.bench._workloads import Images, Reseeding, TokenWindows, grain_available
+from seekdata.tools.bench._report import (
+    RATIOS,
+    WORKLOADS,
+    loaders_for,
+    plot_bars,
+    plot_resume,
+    resume_table,
+    save,
+    sweep,
+    workload,
+)
+from seekdata.tools.bench._report import plot as draw
+from seekdata.tools.bench._workloads import (
+    Images,
+    MemmapRows,
+    Reseeding,
+    ReseedingBatches,
+    TokenWindows,
+    arrow_table,
+    datasets_available,
+    grain_available,
+)
 
 __all__ = [
     "LOADERS",
     "Images",
     "Indices",
+    "MemmapRows",
     "Progress",
     "Reseeding",
+    "ReseedingBatches",
     "Synthetic",
     "TokenWindows",
     "add_parser",
+    "arrow_table",
     "bar_plot",
+    "batch_len",
     "best_of",
+    "datasets_available",
     "first_batch_s",
     "grain_available",
     "interleave",
@@ -128,6 +155,16 @@ def _positive(text: str) -> int:
     return _ints(text, 1)[0]
 
 
+def _workloads(text: str) -> list[str]:
+    names = text.split(",")
+    unknown = [name for name in names if name not in WORKLOADS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated workloads among {', '.join(WORKLOADS)}; got {text!r}"
+        )
+    return list(dict.fromkeys(names))
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``bench`` on an argparse ``subparsers``; ``set_defaults(run=run)``."""
     p = subparsers.add_parser(
@@ -158,10 +195,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--workload",
-        choices=("synthetic", "tokens", "image"),
-        default="synthetic",
-        help="synthetic (--shape, --work-us), tokens (2048 token ids) or image (JPEG decode, "
-        "RandomResizedCrop, flip, normalise; torchvision when installed); default synthetic",
+        type=_workloads,
+        default=["synthetic", "batched"],
+        metavar="LIST",
+        help="comma-separated, of: synthetic (--shape, --work-us), tokens (2048 token ids), "
+        "image (JPEG decode, RandomResizedCrop, flip, normalise; torchvision when installed), "
+        "batched (rows read a batch per __getitems__ call: an Arrow table with the datasets "
+        "package, else a numpy memmap); default synthetic,batched",
     )
     p.add_argument("--batches", type=_positive, help="timed batches per run (default 100)")
     p.add_argument(
@@ -226,49 +266,19 @@ def _run(args: argparse.Namespace) -> int:
         )
     configs = [(w, b, pin) for w in workers for b in batch_sizes for pin in pins]
     n = max(2**16, (batches + 2) * max(batch_sizes) * 2)
-    if args.workload == "tokens":
-        dataset: Any = TokenWindows(max(n, 2**20))
-    elif args.workload == "image":
-        dataset = Images(max(n, 2**20))
-        notes.append(f"image workload on {dataset.backend}")
-    else:
-        dataset = Synthetic(n, shape=args.shape, work_us=args.work_us, draw="global")
-    names = [*LOADERS, "DataLoader + reseed", *(["grain"] if grain_available() else [])]
+    names = list(dict.fromkeys(name for w in args.workload for name in loaders_for(w)))
     resume_total = 0 if args.no_resume else len(resume_workers) * (1 + len(positions)) * 3
-    progress = Progress(
-        len(configs) * rounds * len(names) + resume_total, enabled=not args.no_progress
-    )
+    runs = sum(len(loaders_for(w)) for w in args.workload) * len(configs) * rounds
+    progress = Progress(runs + resume_total, enabled=not args.no_progress)
     throughput: list[dict[str, Any]] = []
     try:
-        for nw, bs, pin in configs:
-            warmup = args.warmup if args.warmup is not None else (1 if quick else 5 + 4 * nw)
-
-            def case(
-                name: str, nw: int = nw, bs: int = bs, pin: bool = pin, warmup: int = warmup
-            ) -> Callable[[], Any]:
-                def measure() -> Any:
-                    pinned = pin and name != "grain"  # grain pins nothing
-                    loader = make_loader(name, dataset, bs, nw, pin_memory=pinned)
-                    value = run_loader(loader, batches, warmup, device)
-                    progress.step(f"{name} w{nw} b{bs}")
-                    return value
-
-                return measure
-
-            results = interleave({name: case(name) for name in names}, rounds)
-            row: dict[str, Any] = {"num_workers": nw, "batch_size": bs, "pin_memory": pin}
-            rates = {name: [r["samples_s"] for r in results[name]] for name in names}
-            for name in names:
-                row[name] = median(rates[name])
-                row[f"{name} startup ms"] = 1e3 * median([r["startup_s"] for r in results[name]])
-                base = rates["DataLoader + reseed" if name == "seekdata" else "DataLoader"]
-                pairs = list(zip(rates[name], base, strict=True))  # within a round: drift cancels
-                ratio = median([a / b for a, b in pairs])
-                row[f"{name} / DataLoader"] = median([a / b for a, b in zip(rates[name],
-                    rates["DataLoader"], strict=True)])  # fmt: skip
-                if name == "seekdata":
-                    row["seekdata / DataLoader + reseed"] = ratio
-            throughput.append(row)
+        with tempfile.TemporaryDirectory(prefix="seekdata-bench-") as scratch:
+            for name in args.workload:
+                dataset = workload(name, n, args, notes, pathlib.Path(scratch))
+                warmup = args.warmup if args.warmup is not None else (1 if quick else None)
+                throughput += sweep(name, dataset, configs, batches=batches, rounds=rounds,
+                                    warmup=warmup, device=device, progress=progress)  # fmt: skip
+                del dataset
         resume: list[dict[str, Any]] = []
         state: list[dict[str, Any]] = []
         if not args.no_resume:
@@ -286,21 +296,21 @@ def _run(args: argparse.Namespace) -> int:
         progress.close()
     print(
         "steady-state samples/s after warm-up (median of rounds in random order; ratios: median "
-        "of the per-round ratios; seekdata reseeds per sample, so its fair baseline is "
-        "DataLoader + reseed)"
+        "of the per-round ratios; seekdata reseeds global RNG per sample, or per batch for a "
+        "batched read, so DataLoader + reseed reseeds the same generators as often)"
     )
-    cols = ["num_workers", "batch_size", "pin_memory", *names]
-    ratios = ["seekdata / DataLoader + reseed", "torchdata / DataLoader"]
+    cols = ["workload", "num_workers", "batch_size", "pin_memory", *names]
+    ratios = [*RATIOS, "torchdata / DataLoader"]
     ratios += ["grain / DataLoader"] if "grain" in names else []
     print(table(throughput, [*cols, *ratios]))
     print("\nstart-up: iter() -> first batch (ms, median)")
-    print(table(throughput, ["num_workers", "batch_size", "pin_memory",
+    print(table(throughput, ["workload", "num_workers", "batch_size", "pin_memory",
                              *(f"{name} startup ms" for name in names)]))  # fmt: skip
     if resume:
         print(
             f"\nresume: load_state_dict -> first batch (ms), n = {resume_n}, batch {batch_sizes[0]}"
         )
-        print(table(_resume_table(resume), ["num_workers", "position", *LOADERS]))
+        print(table(resume_table(resume), ["num_workers", "position", *LOADERS]))
         print("\nstate_dict()")
         print(table(state, ["loader", "num_workers", "state_dict_us", "json_bytes", "json_native"]))
     for note in notes:
@@ -311,7 +321,7 @@ def _run(args: argparse.Namespace) -> int:
         "pin_memory": pins,
         "shape": list(args.shape),
         "work_us": args.work_us,
-        "workload": args.workload,
+        "workload": ",".join(args.workload),
         "loaders": names,
         "batches": batches,
         "rounds": rounds,
@@ -325,7 +335,7 @@ def _run(args: argparse.Namespace) -> int:
     write(args.out, "seekdata bench", None, config=config, throughput=throughput, resume=resume,
           state=state, notes=notes)  # fmt: skip
     if plot:
-        _plot(args.out.with_suffix(".png"), throughput, resume)
+        draw(args.out.with_suffix(".png"), throughput, resume)
     return 0
 
 
@@ -341,32 +351,3 @@ def _can_plot() -> bool:
     except ImportError:
         return False
     return True
-
-
-def _resume_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (workers, position), one column per loader; extrapolations marked ``~``."""
-    out: dict[tuple[int, int], dict[str, Any]] = {}
-    for r in rows:
-        key = (r["num_workers"], r["position"])
-        row = out.setdefault(key, {"num_workers": key[0], "position": key[1] or "0 (fresh)"})
-        row[r["loader"]] = ("~" if r["extrapolated"] else "") + f"{r['ms']:,.4g}"
-    return list(out.values())
-
-
-def _plot(
-    out: pathlib.Path, throughput: list[dict[str, Any]], resume: list[dict[str, Any]]
-) -> None:
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2 if resume else 1, figsize=(14 if resume else 7, 4.8))
-    ax = axes[0] if resume else axes
-    groups = [
-        f"w{r['num_workers']} b{r['batch_size']}" + (" pin" if r["pin_memory"] else "")
-        for r in throughput
-    ]
-    names = [k for k in throughput[0] if k in (*LOADERS, "DataLoader + reseed", "grain")]
-    plot_bars(ax, groups, {name: [r[name] for r in throughput] for name in names}, "samples/s")
-    ax.set_title("throughput (median of interleaved rounds)")
-    if resume:
-        plot_resume(axes[1], resume, legend_outside=True)
-        axes[1].set_title("resume latency")
-    save(fig, out)

@@ -1,4 +1,4 @@
-"""What ``seekdata bench`` and ``benchmarks/`` measure: loaders, throughput, resume, plots."""
+"""What ``seekdata bench`` and ``benchmarks/`` measure: loaders, throughput, resume."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import functools
 import io
 import json
 import math
-import pathlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,8 +17,8 @@ import torch.utils.data
 
 from seekdata.loader import StatefulDataLoader
 from seekdata.rng import sample_rng
-from seekdata.tools.bench._harness import LOADERS, Progress, best_of, median, pyplot
-from seekdata.tools.bench._workloads import Reseeding, grain_loader
+from seekdata.tools.bench._harness import LOADERS, Progress, best_of, median
+from seekdata.tools.bench._workloads import Reseeding, ReseedingBatches, grain_loader
 
 # --- what is measured ---------------------------------------------------------------------------
 
@@ -73,9 +72,12 @@ def make_loader(
     seed: int = 0,
     reseed_global_rng: Any = True,
     pin_memory: bool = False,
+    batched_fetch: bool = True,
+    step_rng: bool = True,
 ) -> Any:
     """A shuffled loader of kind ``loader`` over ``dataset``: one of :data:`LOADERS`, or
-    ``"DataLoader + reseed"`` (torch's DataLoader over :class:`Reseeding`: the fair baseline for
+    ``"DataLoader + reseed"`` (torch's DataLoader over :class:`Reseeding`, or
+    :class:`ReseedingBatches` for a dataset with ``__getitems__``: the fair baseline for
     seekdata's default) or ``"grain"`` (when installed; its batches are numpy arrays)."""
     common: dict[str, Any] = {
         "batch_size": batch_size,
@@ -84,14 +86,23 @@ def make_loader(
         "pin_memory": pin_memory,
     }
     if loader == "seekdata":
-        return StatefulDataLoader(dataset, seed=seed, reseed_global_rng=reseed_global_rng, **common)
+        return StatefulDataLoader(
+            dataset,
+            seed=seed,
+            reseed_global_rng=reseed_global_rng,
+            batched_fetch=batched_fetch,
+            step_rng=step_rng,
+            **common,
+        )
     if loader == "grain":
         return grain_loader(dataset, batch_size, num_workers, seed)
     generator = torch.Generator().manual_seed(seed)  # torch's own rule: order from a generator
     if loader == "DataLoader":
         return torch.utils.data.DataLoader(dataset, generator=generator, **common)
     if loader == "DataLoader + reseed":
-        return torch.utils.data.DataLoader(Reseeding(dataset), generator=generator, **common)
+        batched = callable(getattr(dataset, "__getitems__", None))
+        wrapped = ReseedingBatches(dataset) if batched else Reseeding(dataset)
+        return torch.utils.data.DataLoader(wrapped, generator=generator, **common)
     if loader == "torchdata":
         from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
@@ -103,9 +114,18 @@ def make_loader(
 
 
 def _to(batch: Any, device: str) -> Any:
+    if isinstance(batch, dict):  # a table's columns
+        return {k: _to(v, device) for k, v in batch.items()}
     if isinstance(batch, np.ndarray):  # grain
         batch = torch.from_numpy(batch)
     return batch.to(device, non_blocking=True)
+
+
+def batch_len(batch: Any) -> int:
+    """Samples in a batch: a tensor's or array's first dimension, a table's first column's."""
+    if isinstance(batch, dict):
+        return len(next(iter(batch.values())))
+    return len(batch)
 
 
 def run_loader(
@@ -133,7 +153,7 @@ def run_loader(
         batch = next(it)
         if device is not None:
             batch = _to(batch, device)
-        count += len(batch)
+        count += batch_len(batch)
         if k % 16 == 15 and time.perf_counter() > deadline:
             break
     if device is not None:
@@ -307,71 +327,3 @@ def resume_sweep(
 
 def _first(name: str, dataset: Any, batch_size: int, nw: int, state: Any = None) -> float:
     return first_batch_s(make_loader(name, dataset, batch_size, nw), state)
-
-
-# --- plots --------------------------------------------------------------------------------------
-
-_COLORS = {"seekdata": "#3a7bd5", "DataLoader": "#7f7f7f", "torchdata": "#e8833a"}
-
-
-def plot_resume(ax: Any, rows: list[dict[str, Any]], legend_outside: bool = False) -> None:
-    """Latency against position, log-log. Extrapolated points are hollow, on a dotted line; a
-    fresh start (position 0) is a thin dotted horizontal line."""
-    styles = ["-", "--", "-.", ":"]
-    workers = sorted({r["num_workers"] for r in rows})
-    for name in LOADERS:
-        color = _COLORS[name]
-        for i, nw in enumerate(workers):
-            label = name if len(workers) == 1 else f"{name}, workers={nw}"
-            pts = [r for r in rows if r["loader"] == name and r["num_workers"] == nw]
-            for r in pts:
-                if r["position"] == 0:
-                    ax.axhline(r["ms"], color=color, lw=0.8, ls=":", alpha=0.7)
-            real = [
-                (r["position"], r["ms"]) for r in pts if r["position"] and not r["extrapolated"]
-            ]
-            guess = [(r["position"], r["ms"]) for r in pts if r["position"] and r["extrapolated"]]
-            if real:
-                ax.plot(
-                    *zip(*real, strict=True), styles[i % 4], marker="o", color=color, label=label
-                )
-            if guess:
-                ax.plot(*zip(*real[-1:], *guess, strict=True), ":", color=color)
-                ax.plot(*zip(*guess, strict=True), "o", mfc="white", color=color,
-                        label=f"{label} (extrapolated)")  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("position resumed from (samples)")
-    ax.set_ylabel("load_state_dict -> first batch (ms)")
-    ax.grid(True, which="major", alpha=0.3)
-    where = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0)} if legend_outside else {}
-    ax.legend(fontsize=7, title="dotted horizontal: fresh start", title_fontsize=7, **where)
-
-
-def plot_bars(
-    ax: Any,
-    groups: list[str],
-    series: dict[str, list[float]],
-    ylabel: str,
-    colors: dict[str, str] | None = None,
-) -> None:
-    """Grouped bars: one group per configuration, one bar per series (``colors`` by series name,
-    else by the name's first word)."""
-    width = 0.8 / max(len(series), 1)
-    for i, (name, values) in enumerate(series.items()):
-        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
-        color = (colors or {}).get(name) or _COLORS.get(name.split(" ")[0])
-        ax.bar(xs, values, width, label=name, color=color, alpha=1.0 - 0.35 * ("off" in name))
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(groups, fontsize=7, rotation=30, ha="right")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7)
-
-
-def save(fig: Any, out: pathlib.Path) -> None:
-    plt = pyplot()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    print(f"wrote {out}")

@@ -3,15 +3,21 @@
 - :class:`TokenWindows`: a language-model sample, a window of token ids (a few µs).
 - :class:`Images`: JPEG decode + RandomResizedCrop + horizontal flip + normalise (~1 ms),
   with torchvision when it is installed, else PIL and torch doing the same steps.
+- :func:`arrow_table`: a Hugging Face ``datasets`` table of float rows (an Arrow read of a
+  whole batch per ``__getitems__`` call), when ``datasets`` is installed.
+- :class:`MemmapRows`: float rows in a file read through a numpy memmap, with a batched read
+  (``__getitems__``) of its own: the same kind of source without ``datasets``.
 - :class:`Reseeding`: what a DataLoader user writes for per-sample reproducibility: reseed
-  the same three global generators seekdata reseeds before each sample. It is the fair
-  baseline for seekdata's default ``reseed_global_rng=True``.
+  the same three global generators seekdata reseeds before each sample (once per batch for a
+  batched read: :class:`ReseedingBatches`). It is the fair baseline for seekdata's default
+  ``reseed_global_rng=True``.
 - :func:`grain_loader`: Grain's DataLoader over the same dataset, when Grain is installed.
 """
 
 from __future__ import annotations
 
 import io
+import pathlib
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -127,6 +133,72 @@ class Images(torch.utils.data.Dataset):
         return pixels.sub_(mean).div_(std)
 
 
+def datasets_available() -> bool:
+    try:
+        import datasets  # noqa: F401  # optional: the Arrow workload needs it
+    except ImportError:
+        return False
+    return True
+
+
+def arrow_table(n: int, dim: int = 64) -> Any:
+    """Issue 20's table: ``datasets.Dataset.from_dict`` of ``n`` rows of ``dim`` floats (column
+    ``"x"``), ``with_format("torch")``. ``__getitems__`` reads a batch in one Arrow call (~2 ms
+    for 256 rows), ``__getitem__`` one row (~90 µs)."""
+    import datasets
+
+    rows = np.random.default_rng(0).random((n, dim)).tolist()  # fixed content; not global RNG
+    return datasets.Dataset.from_dict({"x": rows}).with_format("torch")
+
+
+class MemmapRows(torch.utils.data.Dataset):
+    """``n`` rows of ``dim`` values of ``dtype`` in the file ``path``, read through a numpy
+    memmap (opened in each process that reads): float32 rows come back as float32 tensors,
+    ``uint16`` rows (token ids, as a pretokenised corpus stores them) as int64. ``__getitem__``
+    reads one row; ``__getitems__`` reads the batch's rows with one fancy-indexed read and
+    returns them as a list of row tensors, which torch's collation stacks: a batched source as
+    one writes it for torch's DataLoader."""
+
+    def __init__(
+        self, path: str | pathlib.Path, n: int, dim: int = 64, dtype: str = "float32"
+    ) -> None:
+        self.path, self.n, self.dim, self.dtype = str(path), n, dim, np.dtype(dtype)
+        self.out = np.dtype(np.int64) if self.dtype.kind == "u" else self.dtype
+        self._rows: np.memmap | None = None
+
+    @classmethod
+    def create(
+        cls, path: str | pathlib.Path, n: int, dim: int = 64, dtype: str = "float32"
+    ) -> MemmapRows:
+        """Write ``n`` rows of fixed random values to ``path`` and open them."""
+        gen = np.random.default_rng(0)  # fixed content; never global RNG
+        kind = np.dtype(dtype)
+        if kind.kind == "u":
+            rows = gen.integers(0, np.iinfo(kind).max, (n, dim), dtype=kind)
+        else:
+            rows = gen.random((n, dim)).astype(kind)
+        rows.tofile(path)
+        return cls(path, n, dim, dtype)
+
+    @property
+    def rows(self) -> np.memmap:
+        if self._rows is None:
+            self._rows = np.memmap(self.path, self.dtype, "r", shape=(self.n, self.dim))
+        return self._rows
+
+    def __getstate__(self) -> dict[str, Any]:  # a spawned worker opens the file itself
+        return {**self.__dict__, "_rows": None}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.from_numpy(self.rows[index].astype(self.out))
+
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+        return list(torch.from_numpy(self.rows[indices].astype(self.out, copy=False)))
+
+
 class Reseeding(torch.utils.data.Dataset):
     """Wraps a dataset so that torch's DataLoader reseeds the global generators in
     ``generators`` before each sample, with seeds of the widths seekdata uses (32, 32 and 64
@@ -142,6 +214,10 @@ class Reseeding(torch.utils.data.Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> Any:
+        self._reseed(index)
+        return self.dataset[index]
+
+    def _reseed(self, index: int) -> None:
         h = (index + 1) * _GOLDEN & _MASK64
         if "torch" in self.generators:
             torch.default_generator.manual_seed(h & 0xFFFFFFFF)
@@ -149,7 +225,15 @@ class Reseeding(torch.utils.data.Dataset):
             np.random.seed(h >> 32)
         if "random" in self.generators:
             random.seed(h)
-        return self.dataset[index]
+
+
+class ReseedingBatches(Reseeding):
+    """:class:`Reseeding` for a dataset with a batched read: the same reseeds once per batch
+    (from its first index), then one ``__getitems__`` call, as torch's DataLoader makes it."""
+
+    def __getitems__(self, indices: list[int]) -> Any:
+        self._reseed(indices[0])
+        return self.dataset.__getitems__(indices)
 
 
 def grain_available() -> bool:
