@@ -54,7 +54,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _harness as H
-from seekdata import _globalrng, rng
+from seekdata import _globalrng, _keys, _sample, rng
 
 BATCH = 32
 N = 2**20
@@ -151,12 +151,12 @@ def breakdown() -> list[dict]:
     saved = _globalrng.save(everything)
 
     def sample_rng_draw() -> None:
-        rng.enter_sample(0, 0, 12345, None)
+        _sample.enter_sample(0, 0, 12345, None)
         rng.sample_rng().random()
 
     cases: dict[str, tuple[Callable[[], object], str]] = {
         "enter_sample with reseed (3 global seeds)": (
-            lambda: rng.enter_sample(0, 0, 5, seeds[5]),
+            lambda: _sample.enter_sample(0, 0, 5, seeds[5]),
             "sample",
         ),
         "  torch.default_generator.manual_seed": (
@@ -169,11 +169,11 @@ def breakdown() -> list[dict]:
             "sample",
         ),
         "random.seed (with its Python wrapper)": (lambda: random.seed(seeds[5][2]), "sample"),
-        "enter_sample without reseed": (lambda: rng.enter_sample(0, 0, 5, None), "sample"),
+        "enter_sample without reseed": (lambda: _sample.enter_sample(0, 0, 5, None), "sample"),
         "enter_sample + sample_rng() + one draw": (sample_rng_draw, "sample"),
         "np.random.random() (the global draw)": (np.random.random, "sample"),
         "seed_columns(32 indices): the batch's seeds": (
-            lambda: rng.seed_columns(0, 0, indices),
+            lambda: _keys.seed_columns(0, 0, indices),
             "batch",
         ),
         "save the caller's 3 generators (num_workers=0)": (

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import seekdata
-from seekdata import rng
+from seekdata import _keys, rng
 
 N, BATCH = 40, 4  # 10 steps an epoch
 
@@ -128,7 +128,7 @@ def test_a_read_draws_from_the_batch_counters_as_the_table_says() -> None:
         want = rng.read_generator(seed, 0, step, indices).random(BATCH)
         assert np.array_equal(g.numpy(), want)
         # global RNG: seeded from seekdata.rng.read_seeds of (step, crc32 of the indices)
-        digest = rng.batch_counters(0, step, tuple(indices))[3]
+        digest = _keys.batch_counters(0, step, tuple(indices))[3]
         row = rng.read_seeds(seed, 0, step, digest)
         torch.manual_seed(row[0])
         np.random.seed(row[1])
@@ -310,8 +310,8 @@ def test_a_failing_read_is_that_batchs_error_naming_the_dataset_and_the_batch(
     step, e = failed
     assert isinstance(e, error)
     text = str(e) + "".join(getattr(e, "__notes__", []))
-    assert says in text and "Broken.__getitems__ read the batch of epoch 0, step " in text
-    assert f"step {step} (4 indices: [" in text
+    assert says in text and "Broken.__getitems__ read batch " in text
+    assert f"batch {step} of epoch 0 (4 indices: [" in text
     assert run.state_dict()["step"] == N // BATCH
 
 

@@ -17,7 +17,7 @@ def test_begin_rolls_over_only_after_the_iterator_finished_and_no_set_epoch() ->
     assert c.next_start() == (1, 0)
     assert (c.epoch, c.position) == (0, 10)  # next_start moves nothing
     assert c.begin()
-    assert (c.epoch, c.position, c.step, c.exhausted) == (1, 0, 0, False)
+    assert (c.epoch, c.position, c.batch, c.exhausted) == (1, 0, 0, False)
 
 
 def test_an_explicit_set_epoch_at_the_end_keeps_the_epoch_empty() -> None:
@@ -33,9 +33,9 @@ def test_an_explicit_set_epoch_at_the_end_keeps_the_epoch_empty() -> None:
 
 def test_set_epoch_keeps_a_restored_position_and_warns_below_it() -> None:
     c = Cursor(10)
-    c.restore(epoch=3, position=4, exhausted=False, origin=2, step=1)
+    c.restore(epoch=3, position=4, exhausted=False, origin=2, batch=1)
     assert not c.set_epoch(3, "t")
-    assert (c.epoch, c.position, c.origin, c.step) == (3, 4, 2, 1)
+    assert (c.epoch, c.position, c.origin, c.batch) == (3, 4, 2, 1)
     c.restore(epoch=3, position=4, exhausted=False)
     with pytest.warns(UserWarning, match=r"set_epoch\(2\) is below the restored epoch 3"):
         c.set_epoch(2, "t")
@@ -56,6 +56,6 @@ def test_the_sampler_and_the_loader_move_one_cursor() -> None:
     it = iter(loader)
     next(it)
     assert sampler.cursor.position == sampler.position == 4
-    assert sampler.cursor.step == loader.state_dict()["step"] == 1
+    assert sampler.cursor.batch == loader.state_dict()["step"] == 1
     loader.set_epoch(2)
     assert (sampler.epoch, sampler.position) == (2, 0)

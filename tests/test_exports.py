@@ -116,22 +116,10 @@ def _graph() -> dict[str, set[str]]:
     return {name: _imports(path, name) & set(files) - {name} for name, path in files.items()}
 
 
-#: Known circles through a lazy import, each with its reason; nothing else may join them.
-#: Both are one hook: only while accelerate itself is imported, the loader (asked by
-#: Accelerator.prepare) and its batch sampler (iterated by an accelerate rebuild) hand the call
-#: to the accelerate adapter, which imports the loader. Without accelerate there is no edge.
-KNOWN_LAZY = {
-    ("seekdata.loader", "seekdata.integrations.accelerate"),
-    ("seekdata._engines.seekable", "seekdata.integrations.accelerate"),
-}
-
-
 def test_no_import_circles_among_seekdata_modules() -> None:
     """Lazy imports count too: a circle through a function-level import is still a circle
     (cli <-> inspection was one). A package's own __init__ re-exporting is not an edge back."""
     graph = _graph()
-    for src, dst in KNOWN_LAZY:
-        graph[src].discard(dst)
     cycles = []
     state: dict[str, int] = {}
 
@@ -169,4 +157,6 @@ def test_the_transforms_take_their_streams_from_rng_not_from_the_loaders_interna
     graph = _graph()
     transforms = [name for name in graph if name.split(".")[:2] == ["seekdata", "transforms"]]
     assert transforms and all("seekdata._fetch" not in graph[name] for name in transforms)
-    assert all("seekdata.rng" in graph[n] for n in ("seekdata.order", "seekdata.training"))
+    # the orders and training-side streams derive from the key primitive, not the loader
+    assert all("seekdata._keys" in graph[n] for n in ("seekdata.order", "seekdata.training"))
+    assert all("seekdata._fetch" not in graph[n] for n in ("seekdata.order", "seekdata.training"))

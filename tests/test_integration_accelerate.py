@@ -99,21 +99,20 @@ def test_prepare_refuses_split_batches_naming_the_recipe() -> None:
 
 
 def test_sharding_a_loader_for_two_processes() -> None:
-    where = "test"
     loader = _loader()
-    integration._shard(loader, 2, 1, where)
+    loader.shard(2, 1)
     reference = seekdata.DistributedSampler(range(20), num_replicas=2, rank=1, seed=5)
     assert [i for b in loader.batch_sampler for i in b] == list(reference)
     mine = seekdata.DistributedSampler(range(20), num_replicas=2, rank=0, seed=5)
     loader = seekdata.StatefulDataLoader(Noisy(), batch_size=4, sampler=mine, seed=5)
-    integration._shard(loader, 2, 0, where)  # already rank 0 of 2: kept
-    with pytest.raises(ValueError, match="rank 0 of 2 but accelerate runs this process as rank 1"):
-        integration._shard(loader, 2, 1, where)
+    loader.shard(2, 0)  # already rank 0 of 2: kept
+    with pytest.raises(ValueError, match="rank 0 of 2 but this process is rank 1 of 2"):
+        loader.shard(2, 1)
     plain = torch.utils.data.RandomSampler(range(20))
     loader = seekdata.StatefulDataLoader(Noisy(), batch_size=4, sampler=plain)
-    integration._shard(loader, 1, 0, where)  # one process: nothing to shard
+    loader.shard(1, 0)  # one process: nothing to shard
     with pytest.raises(ValueError, match="can shard only its own sampler"):
-        integration._shard(loader, 2, 0, where)
+        loader.shard(2, 0)
 
 
 @pytest.mark.slow

@@ -218,5 +218,5 @@ def test_iterable_rejects_batch_transform() -> None:
 def test_iterable_batches_are_placed_as_accelerate_asks() -> None:
     """accelerate's prepare sets the loader's placement; it was skipped for iterable datasets."""
     loader = seekdata.StatefulDataLoader(Stream(4), batch_size=2, seed=1)
-    loader._place = lambda batch: ("placed", batch)
+    loader.place(lambda batch: ("placed", batch))  # what the accelerate hook calls
     assert [tag for tag, _ in loader] == ["placed", "placed"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import seekdata
-from seekdata import _globalrng, rng
+from seekdata import _globalrng, _keys, rng
 from tests._datasets import GlobalRNGAug
 
 
@@ -31,14 +31,14 @@ def _expected(index: int, epoch: int = 0) -> tuple[torch.Tensor, np.ndarray, flo
 
 
 def test_default_draws_are_the_keyed_seeds_of_each_sample() -> None:
-    saved = rng.capture_globals()
+    saved = _globalrng.capture()
     for batch in _draws(True):
         for j, index in enumerate(batch["index"].tolist()):
             x, n, p = _expected(index)
             assert torch.equal(batch["x"][j], torch.full((3,), float(index)) + x)
             assert np.array_equal(batch["np"][j].numpy(), n)
             assert batch["py"][j].item() == torch.tensor(p).item()
-    rng.restore_globals(saved)
+    _globalrng.restore(saved)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -128,14 +128,14 @@ def test_capture_globals_does_not_move_any_generator(cached_normal: bool) -> Non
         np.random.standard_normal()
         random.gauss(0, 1)
     reference = (np.random.get_state(), random.getstate(), torch.get_rng_state())
-    saved = rng.capture_globals()
+    saved = _globalrng.capture()
     assert _np_equal(np.random.get_state(), reference[0]) and random.getstate() == reference[1]
     assert torch.equal(torch.get_rng_state(), reference[2])
     np.random.rand(100)
     np.random.standard_normal()
     random.random()
     torch.rand(5)
-    rng.restore_globals(saved)
+    _globalrng.restore(saved)
     assert _np_equal(np.random.get_state(), reference[0])
     assert random.getstate() == reference[1] and torch.equal(torch.get_rng_state(), reference[2])
 
@@ -148,7 +148,7 @@ def test_a_random_collate_still_draws_from_the_batch_key() -> None:
 
     loader = seekdata.StatefulDataLoader(GlobalRNGAug(8), batch_size=4, seed=5, collate_fn=collate)
     for step, (indices, drawn) in enumerate(loader):
-        digest = rng.batch_counters(0, step, tuple(indices.tolist()))[3]
+        digest = _keys.batch_counters(0, step, tuple(indices.tolist()))[3]
         np.random.seed(rng.batch_seeds(5, 0, step, digest)[1])
         assert drawn == np.random.rand()
 
@@ -157,7 +157,9 @@ def test_the_loaders_seed_columns_are_global_seeds_bit_for_bit() -> None:
     indices = [0, 1, 7, 2**31, 2**40 + 3, 2**63 - 1, *range(100, 140)]
     for seed, epoch in [(0, 0), (5, 3), (2**40, 2**20)]:
         rows = rng.global_seeds(seed, epoch, np.array(indices, dtype=np.uint64)).tolist()
-        assert [list(r) for r in zip(*rng.seed_columns(seed, epoch, indices), strict=True)] == rows
+        assert [
+            list(r) for r in zip(*_keys.seed_columns(seed, epoch, indices), strict=True)
+        ] == rows
 
 
 def test_single_samples_restore_only_the_reseeded_generators() -> None:
@@ -190,7 +192,7 @@ class _TwoDraws(torch.utils.data.Dataset):
 
 @pytest.mark.parametrize("reseed", [False, True])
 def test_sample_rng_without_reseeding_continues_each_samples_stream(reseed: bool) -> None:
-    """Reseeding off, the loader fetches a batch without per-sample writes (rng.IN_BATCH):
+    """Reseeding off, the loader fetches a batch without per-sample writes (_sample.IN_BATCH):
     sample_rng() must still key each sample, continue its stream within the sample, and
     survive a nested scope — also for a repeated index in one batch."""
     g = torch.Generator().manual_seed(3)

@@ -193,3 +193,52 @@ def test_the_batch_sampler_view_leaves_out_skipped_steps() -> None:
     got = [batch["index"].tolist() for batch in loader]
     assert view == got and len(got) == 3
     assert len(loader.batch_sampler) == 4  # torch's len: a full epoch
+
+
+def _ranked(world: int, batch_size: int = 4, n: int = 48) -> seekdata.StatefulDataLoader:
+    sampler = seekdata.DistributedSampler(range(n), num_replicas=world, rank=0, seed=3)
+    return seekdata.StatefulDataLoader(list(range(n)), batch_size=batch_size, sampler=sampler)
+
+
+@pytest.mark.parametrize("done", [3, 4])  # 12 positions: mid-batch on 2 ranks; 16: on a batch
+@pytest.mark.parametrize("k", [1, 2, 4, -1, 8])
+def test_skip_after_a_resume_on_another_world_size_moves_like_consuming(done, k) -> None:
+    """skip(k) is what consuming k batches does, also after an elastic resume (1 rank -> 2,
+    the same per-rank batch): the loader used to count from its restored batch number (kept
+    from the old world size, so it jumped too far), the sampler from the position on a grid
+    from 0 (which moved a mid-batch cursor by part of a batch). One rule now serves both."""
+    first = _ranked(1)
+    it = iter(first)
+    for _ in range(done):
+        next(it)
+    state = first.state_dict()
+
+    def resumed() -> seekdata.StatefulDataLoader:
+        loader = _ranked(2)
+        loader.load_state_dict(state)
+        return loader
+
+    def ahead(loader: seekdata.StatefulDataLoader, m: int) -> list:
+        return [batch.tolist() for batch in take(loader, m)]
+
+    stream = ahead(resumed(), 12)  # the resumed run, consumed batch by batch, across epochs
+    moved = resumed()
+    moved.skip(k)
+    if k > 0:
+        assert ahead(moved, 3) == stream[k : k + 3]
+    else:  # back: the epoch's batches before the position, on the position's own grid
+        there = resumed()
+        there.skip(2)
+        there.skip(k)
+        assert ahead(there, 3) == stream[2 + k : 5 + k]
+
+
+def test_the_sampler_moves_a_mid_batch_cursor_by_whole_batches() -> None:
+    sampler = seekdata.DistributedSampler(range(48), num_replicas=2, rank=0, seed=3)
+    full = list(sampler)  # positions 0, 2, 4, ... of the epoch
+    sampler.seek(12)  # a cursor that a resume from 1 rank left mid-batch for 2 ranks of 4
+    sampler.skip(1, batch_size=4)
+    assert list(sampler) == full[10:]  # position 20 on: one global batch (8) further
+    sampler.seek(12)
+    sampler.skip(-1, batch_size=4)
+    assert list(sampler) == full[2:]  # position 4

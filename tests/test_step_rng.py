@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import seekdata
-from seekdata import rng
+from seekdata._keys import step_seed
 
 
 class Noisy(torch.utils.data.Dataset):
@@ -45,7 +45,7 @@ def test_each_batch_keys_global_rng_as_the_table_says() -> None:
     for epoch in (0, 1):
         for step, _ in enumerate(loader):
             drawn = torch.rand(3), np.random.rand(), __import__("random").random()
-            seekdata.set_step_rng(rng.step_seed(3, epoch), step, rank=0)
+            seekdata.set_step_rng(step_seed(3, epoch), step, rank=0)
             assert torch.equal(drawn[0], torch.rand(3))
             assert drawn[1:] == (np.random.rand(), __import__("random").random())
 

@@ -3,7 +3,7 @@
 Every engine (seekable, replay, iterable) and the sampler hold a :class:`Cursor` and move it
 only through its methods. Its fields are the state's: the epoch, the global position in it
 (``end`` means the epoch's positions are used up), the origin of the current partition, this
-rank's step in the epoch and whether the epoch's iterator finished (``exhausted``).
+rank's batch in the epoch and whether the epoch's iterator finished (``exhausted``).
 
 The epoch changes in three ways only:
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from seekdata import state as S
-from seekdata.rng import check_counter
+from seekdata._keys import check_counter
 
 __all__ = ["Cursor", "Now"]
 
@@ -32,13 +32,13 @@ class Now(NamedTuple):
     epoch: int = 0
     position: int = 0
     origin: int = 0  # where this partition of the epoch began: padding repeats from here
-    step: int = 0  # batches this rank consumed in the epoch (loaders only)
+    batch: int = 0  # this rank's batches consumed in the epoch (loaders only; state["step"])
     exhausted: bool = False  # this epoch's iterator finished: the next begin() may roll over
     skips: tuple[tuple[int, int], ...] = ()  # global-step ranges [start, stop) never handed out
 
 
 class Cursor:
-    """(epoch, position, origin, step, exhausted, skips) and the rules that move them."""
+    """(epoch, position, origin, batch, exhausted, skips) and the rules that move them."""
 
     def __init__(self, end: int) -> None:
         self.end = end  # the position that means "the epoch ended" (the dataset length)
@@ -50,7 +50,7 @@ class Cursor:
     epoch = property(lambda self: self.now.epoch)
     position = property(lambda self: self.now.position)
     origin = property(lambda self: self.now.origin)
-    step = property(lambda self: self.now.step)
+    batch = property(lambda self: self.now.batch)
     exhausted = property(lambda self: self.now.exhausted)
     skips = property(lambda self: self.now.skips)
 
@@ -77,6 +77,12 @@ class Cursor:
         self._explicit = False
         return rolled
 
+    def enter(self, position: int, batch: int) -> None:
+        """An iterator starts the plan it made from :meth:`next_start`: apply the epoch-end
+        rules (:meth:`begin`), then stand at the plan's first ``position`` and ``batch``."""
+        self.begin()
+        self.now = self.now._replace(position=position, batch=batch)
+
     def set_epoch(self, epoch: int, where: str, stacklevel: int = 2) -> bool:
         """Move to (epoch, 0), or keep the position in ``epoch``; True when the epoch changed.
         ``stacklevel``: frames from this call up to the user's line (2: a public method the user
@@ -90,7 +96,7 @@ class Cursor:
         self._explicit = True
         return changed
 
-    def seek(self, position: int, epoch: int | None = None, step: int | None = None) -> None:
+    def seek(self, position: int, epoch: int | None = None, batch: int | None = None) -> None:
         """An explicit move to ``position`` of ``epoch`` (the current one by default): the
         partition restarts from the epoch's head; an end stays an end until ``set_epoch``."""
         now = self.now
@@ -98,21 +104,21 @@ class Cursor:
             epoch=now.epoch if epoch is None else epoch,
             position=position,
             origin=0,
-            step=now.step if step is None else step,
+            batch=now.batch if batch is None else batch,
         )
         self._explicit = True
 
-    def advance(self, position: int, step: int | None = None) -> None:
-        """Samples were handed out: the cursor is now at ``position`` (and ``step``)."""
+    def advance(self, position: int, batch: int | None = None) -> None:
+        """Samples were handed out: the cursor is now at ``position`` (and ``batch``)."""
         now = self.now
-        self.now = now._replace(position=position, step=now.step if step is None else step)
+        self.now = now._replace(position=position, batch=now.batch if batch is None else batch)
 
     def finish(self) -> None:
         """The epoch's iterator finished: every position is consumed."""
         self.now = self.now._replace(position=self.end, exhausted=True)
 
     def fields(self, now: Now | None = None) -> dict[str, Any]:
-        """The cursor's part of a state (without the step, which only loaders save), from one
+        """The cursor's part of a state (without the batch, which only loaders save), from one
         value of the cursor (``now``: the current one)."""
         now = self.now if now is None else now
         return {
@@ -142,7 +148,7 @@ class Cursor:
         position: int,
         exhausted: bool,
         origin: int = 0,
-        step: int = 0,
+        batch: int = 0,
         skips: Any = (),
     ) -> None:
         """Move to a validated state; a ``set_epoch`` below its epoch will warn."""
@@ -152,7 +158,7 @@ class Cursor:
             epoch,
             position,
             min(origin, position) if not ended else 0,
-            step,
+            batch,
             exhausted and ended,
             tuple((int(a), int(b)) for a, b in skips),
         )

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from seekdata._keys import is_int
+
 __all__ = ["CudaStreams", "DevicePrefetch", "Lookahead", "move", "prefetch_option"]
 
 _FIX = "pass e.g. device='cuda' (or torch.device('cuda', local_rank)), 'cpu', or None"
@@ -34,7 +36,7 @@ _FIX = "pass e.g. device='cuda' (or torch.device('cuda', local_rank)), 'cpu', or
 
 def prefetch_option(device: Any, depth: Any, where: str) -> DevicePrefetch | None:
     """The checked ``device=`` / ``device_prefetch=`` pair: None when ``device`` is None."""
-    if isinstance(depth, bool) or not isinstance(depth, int):
+    if not is_int(depth):
         raise TypeError(
             f"{where}: device_prefetch must be an int >= 1 (batches moved ahead of the one "
             f"handed out); got {type(depth).__name__} {depth!r}; pass e.g. device_prefetch=1"
@@ -44,6 +46,7 @@ def prefetch_option(device: Any, depth: Any, where: str) -> DevicePrefetch | Non
             f"{where}: device_prefetch must be >= 1 (batches moved ahead of the one handed "
             f"out); got {depth}; pass device_prefetch=1 (or device=None to move nothing)"
         )
+    depth = int(depth)
     if device is None:
         return None
     if not isinstance(device, str | torch.device):

@@ -14,18 +14,13 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
+from seekdata._keys import is_int
+
 
 def _as_int(value: Any, name: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numpy as np
-
-            if isinstance(value, np.integer):
-                return int(value)
-        except ImportError:  # pragma: no cover - numpy is a dependency
-            pass
+    if not is_int(value):
         raise TypeError(f"{where}: {name} must be an int; got {type(value).__name__} {value!r}")
-    return value
+    return int(value)
 
 
 def _env_int(name: str, where: str) -> int | None:

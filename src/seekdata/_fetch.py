@@ -1,6 +1,6 @@
 """What runs inside the engine's workers: keyed batches in, samples fetched under their RNG.
 
-The loader's batch sampler yields :class:`BatchKey` objects instead of index lists. torch's
+The loader's batch sampler yields :class:`PlannedBatch` objects instead of index lists. torch's
 map-style fetcher hands each one to ``dataset.__getitems__`` (public since torch 2.0), which
 here reads the batch the way the dataset reads:
 
@@ -27,16 +27,19 @@ import numpy as np
 import torch.utils.data
 from torch._utils import ExceptionWrapper
 
-from seekdata import _globalrng, preemption, rng
+from seekdata import _globalrng, _sample, preemption, rng
+from seekdata._keys import batch_counters, seed_columns
+from seekdata._sample import AT, FRESH, IN_BATCH, IN_READ, INDEX, INDICES, ITER
 
 
 @dataclass(slots=True)
-class BatchKey:
-    """One batch: its epoch, its step in the epoch (on this rank) and its dataset indices.
-    Not frozen: a frozen dataclass's ``__init__`` costs three times as much, once per batch."""
+class PlannedBatch:
+    """One batch as the epoch's plan has it: its epoch, its number in the epoch on this rank
+    (``batch``) and its dataset indices. Not frozen: a frozen dataclass's ``__init__`` costs
+    three times as much, once per batch."""
 
     epoch: int
-    step: int
+    batch: int
     indices: tuple[int, ...]
 
     def __len__(self) -> int:
@@ -44,22 +47,24 @@ class BatchKey:
 
 
 class _Fetched(list):
-    """The samples of one batch, carrying their key to the collate wrapper — and, in the main
+    """The samples of one batch, carrying its plan to the collate wrapper — and, in the main
     process, the caller's global RNG state, which the collate wrapper restores."""
 
-    key: BatchKey
+    planned: PlannedBatch
     saved: tuple[Any, Any, Any] | None = None
 
 
 class _Read:
     """What one ``dataset.__getitems__`` call returned for a batch, as is (torch hands it to
-    ``collate_fn`` unchanged), with its key and, in the main process, the caller's global RNG
+    ``collate_fn`` unchanged), with its plan and, in the main process, the caller's global RNG
     state, which the collate wrapper restores."""
 
-    __slots__ = ("key", "samples", "saved")
+    __slots__ = ("planned", "samples", "saved")
 
-    def __init__(self, samples: Any, key: BatchKey, saved: tuple[Any, Any, Any] | None) -> None:
-        self.samples, self.key, self.saved = samples, key, saved
+    def __init__(
+        self, samples: Any, planned: PlannedBatch, saved: tuple[Any, Any, Any] | None
+    ) -> None:
+        self.samples, self.planned, self.saved = samples, planned, saved
 
 
 def batched_read(dataset: Any) -> bool:
@@ -128,29 +133,29 @@ class KeyedDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, key: Any) -> Any:  # batch_size=None: one key per "batch"
-        if not isinstance(key, BatchKey):
-            return self.dataset[key]
+    def __getitem__(self, planned: Any) -> Any:  # batch_size=None: one planned batch per sample
+        if not isinstance(planned, PlannedBatch):
+            return self.dataset[planned]
         try:
-            if not isinstance(key.indices[0], int | np.integer):
-                return self._fetch_bulk(key)
-            fetched = self._fetch(key)
+            if not isinstance(planned.indices[0], int | np.integer):
+                return self._fetch_bulk(planned)
+            fetched = self._fetch(planned)
         except Exception:
             return FailedBatch.caught()
         if fetched.saved is not None:  # no keyed collate follows a single sample
-            rng.restore_globals(fetched.saved)
+            _globalrng.restore(fetched.saved)
         return fetched[0]
 
-    def _fetch_bulk(self, key: BatchKey) -> Any:
+    def _fetch_bulk(self, planned: PlannedBatch) -> Any:
         """torch's bulk loading (batch_size=None, a sampler yielding lists of indices): the
         dataset fetches many samples in one call, so global RNG is keyed by the batch, as
         during collation; there is no single sample for sample_rng()."""
         saved = None
         if self.reseed:
             saved = self._callers(self.reseed)
-            _seed_globals_for_batch(self.seed, key, self.reseed)
+            _seed_globals_for_batch(self.seed, planned, self.reseed)
         try:
-            return self.dataset[key.indices[0]]
+            return self.dataset[planned.indices[0]]
         finally:
             if saved is not None:
                 _globalrng.restore(saved)
@@ -164,72 +169,72 @@ class KeyedDataset(torch.utils.data.Dataset):
             return _globalrng.save(reseed)
         return None
 
-    def __getitems__(self, key: BatchKey) -> _Fetched | _Read | FailedBatch:
-        """The samples of ``key`` (torch's fetcher calls this with the batch sampler's item)."""
+    def __getitems__(self, planned: PlannedBatch) -> _Fetched | _Read | FailedBatch:
+        """The samples of ``planned`` (torch's fetcher calls this with the batch sampler's item)."""
         try:
-            return self._read(key) if self.batched else self._fetch(key)
+            return self._read(planned) if self.batched else self._fetch(planned)
         except Exception:
             return FailedBatch.caught()
 
-    def _read(self, key: BatchKey) -> _Read:
+    def _read(self, planned: PlannedBatch) -> _Read:
         """One ``dataset.__getitems__(indices)`` call, under the batch's counters."""
         reseed = self.reseed
         saved = None
         if reseed:
             saved = self._callers(reseed)  # restored by Collate
-            _, epoch, step, digest = rng.batch_counters(key.epoch, key.step, key.indices)
+            _, epoch, step, digest = batch_counters(planned.epoch, planned.batch, planned.indices)
             rng.seed_globals(rng.read_seeds(self.seed, epoch, step, digest), reseed)
-        f = rng.current
-        f.seed, f.epoch = self.seed, key.epoch
+        f = _sample.current
+        f.seed, f.epoch = self.seed, planned.epoch
         now = f.now
-        now[0], now[2], now[3] = rng.IN_READ, None, key  # sample_rng(): the batch's stream
+        now[INDEX], now[ITER], now[INDICES] = IN_READ, None, planned  # sample_rng(): its stream
         try:
-            samples = self.dataset.__getitems__(list(key.indices))  # a list, as torch passes
+            samples = self.dataset.__getitems__(list(planned.indices))  # a list, as torch passes
         except BaseException as e:
             if saved is not None:
                 _globalrng.restore(saved)
             if isinstance(e, Exception):  # its type stays the caller's to catch, as with torch
-                _note(e, f"while {_reading(self.dataset, key)}")
+                _note(e, f"while {_reading(self.dataset, planned)}")
             raise
         finally:
-            now[0], now[2], now[3] = -1, None, ()
-        error = _miscount(self.dataset, key, samples)
+            now[INDEX], now[ITER], now[INDICES] = -1, None, ()
+        error = _miscount(self.dataset, planned, samples)
         if error is not None:
             if saved is not None:
                 _globalrng.restore(saved)
             raise error
-        return _Read(samples, key, saved)
+        return _Read(samples, planned, saved)
 
-    def _fetch(self, key: BatchKey) -> _Fetched:
+    def _fetch(self, planned: PlannedBatch) -> _Fetched:
         reseed = self.reseed
         saved = self._callers(reseed) if reseed else None  # restored in Collate
         if reseed and getattr(self.dataset, "reseeds_global_rng_itself", False):
             # e.g. a Mixture: it reseeds every generator from its sample's own key before the
             # source runs, so reseeding from the position's key first is unobservable
             reseed = ()
-        indices = key.indices
+        indices = planned.indices
         getitem = self.dataset.__getitem__
-        fetch = rng.current  # the hot loop: enter_sample inlined, the batch's key set once
-        fetch.seed, fetch.epoch = self.seed, key.epoch
-        now = fetch.now  # list items: far cheaper than thread-local attributes (rng._Fetch)
+        fetch = _sample.current  # the hot loop: enter_sample inlined, the batch's key set once
+        fetch.seed, fetch.epoch = self.seed, planned.epoch
+        now = fetch.now  # list items: far cheaper than thread-local attributes (_sample._Fetch)
         try:
             if not reseed:
                 # no per-sample work: map() in C, sample_rng() reads the index off the iterator
                 seq = iter(indices)
-                now[2], now[3], now[4], now[0] = seq, indices, -1, rng.IN_BATCH
+                now[ITER], now[INDICES], now[AT], now[INDEX] = seq, indices, -1, IN_BATCH
                 out = _Fetched(map(getitem, seq))
                 if len(out) != len(indices):  # a StopIteration from getitem ends map() early
                     raise _stopped(self.dataset, indices[len(out)])
             else:
                 out = _Fetched()
                 append = out.append
-                torch_col, np_col, py_col = rng.seed_columns(self.seed, key.epoch, indices)
+                torch_col, np_col, py_col = seed_columns(self.seed, planned.epoch, indices)
                 if reseed == _globalrng.GENERATORS:
                     # rng.seed_globals((a, b, c)), inlined: a call per sample costs ~2%
                     torch_seed, np_seed, py_cseed, py_inst = _globalrng.inline_seeders()
                     for index, a, b, c in zip(indices, torch_col, np_col, py_col, strict=True):
-                        now[0] = index
-                        now[1] = True
+                        now[INDEX] = index
+                        now[FRESH] = True
                         torch_seed(a)
                         np_seed(b)
                         py_cseed(py_inst, c)
@@ -241,8 +246,8 @@ class KeyedDataset(torch.utils.data.Dataset):
                     cols = (torch_col, np_col, py_col)
                     calls = [(seeder, cols[c]) for c, seeder in _globalrng.seeders(reseed)]
                     for i, index in enumerate(indices):
-                        now[0] = index
-                        now[1] = True
+                        now[INDEX] = index
+                        now[FRESH] = True
                         for seeder, column in calls:
                             seeder(column[i])
                         append(getitem(index))
@@ -250,25 +255,25 @@ class KeyedDataset(torch.utils.data.Dataset):
             if saved is not None:
                 _globalrng.restore(saved)
             if isinstance(e, StopIteration):  # torch's iterator would end the epoch silently
-                raise _stopped(self.dataset, now[0]) from e
+                raise _stopped(self.dataset, now[INDEX]) from e
             raise
         finally:
-            now[0], now[1], now[2] = -1, False, None  # rng.exit_sample(), inlined
-        out.key = key
+            now[INDEX], now[FRESH], now[ITER] = -1, False, None  # _sample.exit_sample(), inlined
+        out.planned = planned
         out.saved = saved
         return out
 
 
-def _reading(dataset: Any, key: BatchKey) -> str:
-    """Which call read which batch, for an error: the class, epoch, step and first indices."""
-    shown = ", ".join(str(i) for i in key.indices[:8]) + (", ..." if len(key) > 8 else "")
+def _reading(dataset: Any, planned: PlannedBatch) -> str:
+    """Which call read which batch, for an error: the class, epoch, batch and first indices."""
+    shown = ", ".join(str(i) for i in planned.indices[:8]) + (", ..." if len(planned) > 8 else "")
     return (
-        f"{type(dataset).__name__}.__getitems__ read the batch of epoch {key.epoch}, step "
-        f"{key.step} ({len(key)} indices: [{shown}])"
+        f"{type(dataset).__name__}.__getitems__ read batch "
+        f"{planned.batch} of epoch {planned.epoch} ({len(planned)} indices: [{shown}])"
     )
 
 
-def _miscount(dataset: Any, key: BatchKey, samples: Any) -> Exception | None:
+def _miscount(dataset: Any, planned: PlannedBatch, samples: Any) -> Exception | None:
     """The error when a read did not return one sample per index, as torch's collation expects;
     a mapping (columns, for a collate_fn of your own) is passed on unchecked, as torch does."""
     if isinstance(samples, Mapping):
@@ -277,15 +282,15 @@ def _miscount(dataset: Any, key: BatchKey, samples: Any) -> Exception | None:
         count = len(samples)
     except TypeError:
         return TypeError(
-            f"{_reading(dataset, key)} and returned {type(samples).__name__}, which has no "
-            f"len(); __getitems__ must return one sample per index (a list of {len(key)}); "
+            f"{_reading(dataset, planned)} and returned {type(samples).__name__}, which has no "
+            f"len(); __getitems__ must return one sample per index (a list of {len(planned)}); "
             f"return a list, or pass batched_fetch=False to read each sample with __getitem__"
         )
-    if count == len(key):
+    if count == len(planned):
         return None
     return ValueError(
-        f"{_reading(dataset, key)} and returned {count} samples; __getitems__ must return one "
-        f"sample per index ({len(key)}); fix its return value, or pass batched_fetch=False to "
+        f"{_reading(dataset, planned)} and returned {count} samples; __getitems__ must return one "
+        f"sample per index ({len(planned)}); fix its return value, or pass batched_fetch=False to "
         f"read each sample with __getitem__"
     )
 
@@ -306,9 +311,9 @@ def _stopped(dataset: Any, index: Any) -> RuntimeError:
     )
 
 
-def _seed_globals_for_batch(seed: int, key: BatchKey, reseed: tuple[str, ...]) -> None:
+def _seed_globals_for_batch(seed: int, planned: PlannedBatch, reseed: tuple[str, ...]) -> None:
     """Global RNG during collation (e.g. a collator's random masking): keyed by the batch."""
-    _, epoch, step, digest = rng.batch_counters(key.epoch, key.step, key.indices)
+    _, epoch, step, digest = batch_counters(planned.epoch, planned.batch, planned.indices)
     rng.seed_globals(rng.batch_seeds(seed, epoch, step, digest), reseed)
 
 
@@ -350,12 +355,12 @@ class Collate:
                 return FailedBatch.caught()
         try:
             if self._reseed_batch:
-                _seed_globals_for_batch(self.seed, data.key, self._reseed_batch)
+                _seed_globals_for_batch(self.seed, data.planned, self._reseed_batch)
             batch = self.collate_fn(samples)
             if self.batch_transform is not None:
                 # rng.batch_generator's stream; the loader's own indices need no checking
-                key = data.key
-                counters = rng.batch_counters(key.epoch, key.step, key.indices)
+                planned = data.planned
+                counters = batch_counters(planned.epoch, planned.batch, planned.indices)
                 batch = self.batch_transform(batch, rng.numpy_generator(self.seed, *counters))
             return batch
         except Exception:

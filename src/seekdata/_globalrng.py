@@ -231,3 +231,11 @@ def restore(saved: tuple[Any, Any, Any]) -> None:
         _np_restore(saved[1])
     if saved[2] is not None:
         _py_restore(saved[2])
+
+
+def capture() -> tuple[Any, Any, Any]:
+    """Snapshot every generator of :data:`GENERATORS` (the caller's, around a fetch in the main
+    process); an opaque value for :func:`restore`. A few µs: the states are copied as bytes."""
+    saved = save(GENERATORS)
+    restore(saved)  # saving may leave a generator moved; capturing must not
+    return saved

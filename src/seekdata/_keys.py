@@ -10,7 +10,7 @@ import functools
 import struct
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -33,7 +33,7 @@ _M64 = (1 << 64) - 1
 
 def check_counter(value: Any, name: str, where: str) -> int:
     """Return ``value`` as a non-negative Python int or raise a STYLE-formula error."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+    if not is_int(value):
         raise TypeError(
             f"{where}: {name} must be a non-negative int; got {type(value).__name__} "
             f"{value!r}; pass an int such as {name}=0"
@@ -47,17 +47,28 @@ def check_counter(value: Any, name: str, where: str) -> int:
     return value
 
 
+def is_int(value: Any) -> TypeGuard[int | np.integer[Any]]:
+    """An int or a numpy integer, never a bool: the one rule for an integer argument."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+class ArgumentError(TypeError, ValueError):
+    """A bad argument: a ``TypeError`` for the wrong type that is also the ``ValueError``
+    torch's ``DataLoader`` raises for the same argument, so either ``except`` catches it."""
+
+
 def check_int(value: Any, name: str, where: str, low: int | None = None) -> int:
     """Return ``value`` (an int or numpy integer, never a bool) as a Python int, at least
     ``low`` when given, or raise a STYLE-formula error."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
-        raise TypeError(
-            f"{where}: {name} must be an int; got {type(value).__name__} {value!r}; pass an "
+    what = "an int" if low is None else "a positive int" if low == 1 else f"an int >= {low}"
+    if not is_int(value):
+        raise ArgumentError(
+            f"{where}: {name} must be {what}; got {type(value).__name__} {value!r}; pass an "
             f"int such as {name}={max(low or 0, 1)}"
         )
     value = int(value)
     if low is not None and value < low:
-        raise ValueError(f"{where}: {name} must be an int >= {low}; got {value}")
+        raise ValueError(f"{where}: {name} must be {what}; got {value}; pass {name} >= {low}")
     return value
 
 

@@ -1,6 +1,6 @@
 """The integer maths behind :class:`seekdata.Mixture`: the weight-balanced split tree (the
 one-position Feistel order and global-RNG seeds it uses live with their vectorised twins:
-:func:`seekdata.order.feistel_index`, :func:`seekdata.rng.sample_seeds`).
+:func:`seekdata.order.feistel_index`, :func:`seekdata._keys.sample_seeds`).
 
 Pure functions of integers, exact at any position: Python ints never overflow, so
 ``round(m * a_left / a_node)`` is computed exactly for m = 1e12 and weights of any size.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from seekdata._keys import sample_seeds
 from seekdata.order import feistel_index
-from seekdata.rng import sample_seeds
 
 # One-position twins of the vectorised order and seeds: the same derivations, where they live.
 feistel = feistel_index

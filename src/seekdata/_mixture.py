@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from seekdata import rng
+from seekdata import _globalrng, _sample, rng
+from seekdata._keys import check_counter, is_int, sample_seeds
 from seekdata._schedule import Schedule, integer_weights, parse_schedule, parse_weights
 from seekdata.order import Feistel, Order, feistel_index, make_order
 
@@ -142,7 +143,7 @@ class Mixture(torch.utils.data.Dataset):
             raise ValueError(
                 f"{where}: one weight per dataset and at least one dataset; got 0 datasets"
             )
-        self.seed = rng.check_counter(seed, "seed", where)
+        self.seed = check_counter(seed, "seed", where)
         if not isinstance(reseed_global_rng, bool):
             raise TypeError(
                 f"{where}: reseed_global_rng must be a bool; got {reseed_global_rng!r}; pass "
@@ -162,8 +163,8 @@ class Mixture(torch.utils.data.Dataset):
                 f"{where}: source_ids must be {len(datasets)} distinct ints, one per dataset; "
                 f"got {source_ids!r}; pass e.g. source_ids=[0, 1] or leave it unset"
             )
-        self.source_ids = [rng.check_counter(i, "source id", where) for i in ids]
-        self.window = rng.check_counter(window, "window", where)
+        self.source_ids = [check_counter(i, "source id", where) for i in ids]
+        self.window = check_counter(window, "window", where)
         k = len(self.datasets)
         if weights is not None:
             fracs = parse_weights(weights, k, self.names, "weights", zero=False)
@@ -222,8 +223,8 @@ class Mixture(torch.utils.data.Dataset):
         return j * self.window + feistel_index(self.window, self._window_seed, j, s)
 
     def _stream_position(self, position: int, epoch: int | None, where: str) -> int:
-        position = rng.check_counter(position, "position", where)
-        epoch = self.epoch if epoch is None else rng.check_counter(epoch, "epoch", where)
+        position = check_counter(position, "position", where)
+        epoch = self.epoch if epoch is None else check_counter(epoch, "epoch", where)
         return epoch * self.length + position
 
     def locate(self, position: int, epoch: int | None = None) -> tuple[int, int, int]:
@@ -255,7 +256,7 @@ class Mixture(torch.utils.data.Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         """The mixture epoch used outside a seekdata loader (inside one, the loader's)."""
-        self.epoch = rng.check_counter(epoch, "epoch", "Mixture.set_epoch")
+        self.epoch = check_counter(epoch, "epoch", "Mixture.set_epoch")
 
     # --- Dataset --------------------------------------------------------------------------------
 
@@ -263,27 +264,27 @@ class Mixture(torch.utils.data.Dataset):
         return self.length
 
     def __getitem__(self, position: int) -> Any:
-        if isinstance(position, bool) or not isinstance(position, int | np.integer):
+        if not is_int(position):
             raise TypeError(f"Mixture: index must be an int; got {type(position).__name__}")
         if not 0 <= position < self.length:
             raise IndexError(f"Mixture: index must be in [0, {self.length}); got {position}")
-        fetch = rng.current
-        in_fetch = fetch.now[0] != -1  # a seekdata loader is fetching: its epoch is ours
+        fetch = _sample.current
+        in_fetch = fetch.now[_sample.INDEX] != -1  # a seekdata loader fetches: its epoch is ours
         k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
         seed = self.source_seeds[k]
-        seeds = rng.sample_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
+        seeds = sample_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
         # in the main process outside a loader, put the caller's global RNG back afterwards;
         # inside a seekdata loader that reseeds, the loader does it once per batch
         in_main = torch.utils.data.get_worker_info() is None
-        saved = rng.capture_globals() if seeds is not None and in_main and not in_fetch else None
-        outer = rng.nest()
-        rng.enter_sample(seed, source_epoch, index, seeds)
+        saved = _globalrng.capture() if seeds is not None and in_main and not in_fetch else None
+        outer = _sample.nest()
+        _sample.enter_sample(seed, source_epoch, index, seeds)
         try:
             return self.datasets[k][index]
         finally:
-            rng.unnest(outer)
+            _sample.unnest(outer)
             if saved is not None:  # the main process: its global RNG as it was
-                rng.restore_globals(saved)
+                _globalrng.restore(saved)
 
     def __repr__(self) -> str:
         names = self.names or [None] * len(self.datasets)
@@ -298,7 +299,7 @@ class Mixture(torch.utils.data.Dataset):
 def _check_length(length: Any, where: str) -> int:
     """``length`` as an int >= 1: the rule and the message say the same thing."""
     fix = "pass the samples per mixture epoch, or leave it unset for the sources' total"
-    if isinstance(length, bool) or not isinstance(length, int | np.integer):
+    if not is_int(length):
         raise TypeError(
             f"{where}: length must be an int >= 1 or None; got {type(length).__name__} "
             f"{length!r}; {fix}"

@@ -19,6 +19,7 @@ __all__ = [
     "kept_step",
     "local_len",
     "local_positions",
+    "move",
     "moved",
     "position_after",
 ]
@@ -63,6 +64,37 @@ def coverage(
     steps = batches(local, batch, drop_loader)
     covered = start + min(steps * batch, local) * world
     return steps, min(covered, n), max(covered - n, 0)
+
+
+def move(
+    geo: tuple[int, int, bool, int, bool],
+    per_epoch: int,
+    at: tuple[int, int, int],
+    k: int,
+) -> tuple[int, int, int]:
+    """(epoch, position, batch) after moving ``k`` batches (back when negative) from ``at`` =
+    (epoch, global position, number of the batch that starts there) on ``geo`` = (n, world,
+    the sampler's drop_last, batch_size, the batches' drop_last): what consuming ``k`` batches
+    does. Within the epoch the batches run on from the position (a partition resumed on
+    another world size keeps its offset); beyond it every epoch counts ``per_epoch`` batches
+    from its start. An ended epoch (position >= n) counts from its end, batch ``per_epoch``.
+    Raises before epoch 0."""
+    n, world, drop_last, b, drop_batch = geo
+    epoch, position, batch = at
+    g = world * b
+    if position >= n:
+        position, batch, left = per_epoch * g, per_epoch, 0
+    else:
+        left = batches(local_len(n, world, drop_last, position), b, drop_batch)
+    first = batch - min(position // g, batch)  # the lowest batch reachable back in this epoch
+    target = batch + k
+    if first <= target < batch + left:
+        return epoch, position + k * g, target
+    if target >= batch + left:
+        epoch, target = moved(epoch + 1, 0, target - batch - left, per_epoch)
+    else:
+        epoch, target = moved(epoch, 0, target - first, per_epoch)
+    return epoch, position_after(n, world, drop_last, 0, target * b), target
 
 
 def moved(epoch: int, step: int, k: int, per_epoch: int) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from seekdata import rng
+from seekdata._keys import check_counter, is_int
 from seekdata._mixtree import Tree, up
 
 WHERE = "Mixture"
@@ -78,7 +78,7 @@ def _source(key: Any, names: Sequence[str] | None, k: int, label: str) -> int:
                 f"use one of those names or an index"
             )
         return names.index(key)
-    if isinstance(key, bool) or not isinstance(key, int):
+    if not is_int(key):
         raise TypeError(
             f"{WHERE}: {label}: a source is a name (str) or an index (int); got "
             f"{type(key).__name__} {key!r}"
@@ -146,7 +146,7 @@ def parse_schedule(
                 f"{WHERE}: {label} must be a pair (start position, weights); got {entry!r}; "
                 f"pass e.g. (10**6, {{'web': 1, 'code': 1}})"
             )
-        start = rng.check_counter(entry[0], f"{label} start", WHERE)
+        start = check_counter(entry[0], f"{label} start", WHERE)
         if i == 0 and start != 0:
             raise ValueError(
                 f"{WHERE}: schedule[0] must start at position 0 (the weights from the stream's "

@@ -73,7 +73,7 @@ STREAMS = (
     ),
     Stream(
         "model-side global RNG, keyed by the loader (step_rng=True)",
-        "set_step_rng of (key (seed, STEP, epoch), step in the epoch, rank), at each batch",
+        "set_step_rng of (key (seed, STEP, epoch), batch in the epoch, rank), at each batch",
         "seekdata.StatefulDataLoader",
     ),
     Stream(

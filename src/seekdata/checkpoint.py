@@ -51,7 +51,7 @@ from seekdata._ckptfile import (
     verify_file,
     write_atomic,
 )
-from seekdata.rng import check_counter
+from seekdata._keys import check_counter
 
 __all__ = [
     "CheckpointCorruptError",

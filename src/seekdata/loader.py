@@ -1,7 +1,7 @@
 """StatefulDataLoader: torch's DataLoader as the engine, a cursor as the state.
 
 The loader plans each epoch from a seekable sampler's cursor, hands the engine
-:class:`~seekdata._fetch.BatchKey` objects (indices plus counters), and advances the cursor
+:class:`~seekdata._fetch.PlannedBatch` objects (indices plus counters), and advances the cursor
 only for batches it has handed to the caller. Resume is an O(1) seek: nothing is replayed.
 """
 
@@ -15,14 +15,13 @@ from typing import Any, TypeVar
 import numpy as np
 import torch.utils.data
 
-from seekdata import _device, _globalrng, rng
-from seekdata._engines import Engine
-from seekdata._engines.iterable import IterableEngine
-from seekdata._engines.replay import ReplayEngine
+from seekdata import _device, _frameworks, _globalrng
+from seekdata._engines import Engine, build
 from seekdata._engines.seekable import BatchIndices, SeekableEngine
+from seekdata._keys import check_counter, check_int
 from seekdata._seed import default_seed
 from seekdata._torch_api import FORWARDED, FROZEN, check_torch_args
-from seekdata.sampler import DistributedSampler, check_bool, dataset_length
+from seekdata.sampler import check_bool
 
 __all__ = ["StatefulDataLoader"]
 
@@ -92,7 +91,6 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         where = "StatefulDataLoader"
         reshard = batch_sampler.reshard if isinstance(batch_sampler, BatchIndices) else None
         if reshard is not None:  # Lightning's DDP rebuilt us around our own sampler
-            reshard.sampler.reshard(reshard.world, reshard.rank)  # a global cursor: it stays
             sampler, batch_sampler, shuffle = reshard.sampler, None, None
             batch_size, drop_last = reshard.batch_size, reshard.drop_last
         prefetch_factor = check_torch_args(
@@ -109,16 +107,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             self.seed = default_seed(generator, where)
             generator = None  # used: it decided the seed
         else:
-            self.seed = rng.check_counter(seed, "seed", where)
-        if snapshot_every_n_steps is not None and (
-            isinstance(snapshot_every_n_steps, bool)
-            or not isinstance(snapshot_every_n_steps, int)
-            or snapshot_every_n_steps < 0
-        ):  # torchdata's meaning: 0 or None snapshot only when state_dict() asks
-            raise ValueError(
-                f"{where}: snapshot_every_n_steps must be an int >= 0 or None; got "
-                f"{snapshot_every_n_steps!r}; leave it at 1 (a cursor is exact at every step)"
-            )
+            self.seed = check_counter(seed, "seed", where)
+        if snapshot_every_n_steps is not None:  # torchdata's: 0 or None snapshot on request
+            check_int(snapshot_every_n_steps, "snapshot_every_n_steps", where, 0)
         self.snapshot_every_n_steps = snapshot_every_n_steps
         reseed = _globalrng.reseed_set(reseed_global_rng, where)  # bool or generator names
         self.reseed_global_rng: bool | tuple[str, ...] = (
@@ -128,15 +119,11 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         self.in_order = check_bool(in_order, "in_order", where)
         self.step_rng = check_bool(step_rng, "step_rng", where)
         self.batched_fetch = check_bool(batched_fetch, "batched_fetch", where)
-        if batch_size is not None and (
-            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-        ):
-            raise ValueError(
-                f"{where}: batch_size must be a positive int or None; got {batch_size!r}; "
-                f"pass e.g. batch_size=32, or None to load single samples"
-            )
+        if batch_size is not None:
+            check_int(batch_size, "batch_size", where, 1)
         iterable = isinstance(dataset, torch.utils.data.IterableDataset)
         _check_batch_transform(batch_transform, iterable, batch_size, batch_sampler, where)
+        _check_shuffle(shuffle, sampler, batch_sampler, where)
         if generator is not None:
             warnings.warn(
                 f"{where}: generator= is ignored: order and worker seeds derive from seed="
@@ -157,89 +144,43 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         lookahead = _device.prefetch_option(device, device_prefetch, where)
         self.device = None if lookahead is None else lookahead.device
         self.device_prefetch = device_prefetch
-        options = dict(  # what every engine takes from us unchanged
-            num_workers=num_workers,
-            # device= on CUDA: the engine pins (in torch's pin thread with workers), so the
-            # copy ahead of the step is asynchronous
-            pin_memory=pin_memory or (lookahead is not None and lookahead.pins),
-            timeout=timeout,
-            multiprocessing_context=self.multiprocessing_context,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device,
-            in_order=in_order,
-        )
-        if shuffle and (sampler is not None or batch_sampler is not None):  # torch's rule
-            which = "sampler" if sampler is not None else "batch_sampler"
-            other = (
-                "shuffle" if sampler is not None else "batch_size, shuffle, sampler and drop_last"
-            )
-            raise ValueError(
-                f"{where}: {which} option is mutually exclusive with {other}; got shuffle="
-                f"{shuffle!r} and a {which}; shuffle in the sampler (e.g. "
-                f"seekdata.DistributedSampler(..., shuffle=True)) and leave shuffle unset here"
-            )
         self._engine: Engine
-        if iterable:
-            if isinstance(dataset, torch.utils.data.IterDataPipe) and shuffle is not None:
-                torch.utils.data.graph_settings.apply_shuffle_settings(dataset, shuffle=shuffle)
-            self.collate_fn = collate_fn or torch.utils.data.default_collate
-            self._engine = IterableEngine(
-                dataset,
-                self.seed,
-                dict(
-                    batch_size=batch_size,
-                    collate_fn=collate_fn,
-                    drop_last=drop_last,
-                    worker_init_fn=worker_init_fn,
-                    snapshot_every_n_steps=snapshot_every_n_steps or 1,
-                    **options,
-                ),
-                seed_explicit=seed_explicit,
-                reseed=reseed,
-                step_rng=self.step_rng,
-            )
-            self._engine.lookahead = lookahead
-            self._initialized = True
-            return
-        n = dataset_length(dataset, where)
-        owns_sampler = (sampler is None and batch_sampler is None) or (
-            reshard is not None and reshard.owns_sampler
-        )
-        if owns_sampler and sampler is None:
-            sampler = DistributedSampler(dataset, 1, 0, shuffle=bool(shuffle), seed=self.seed)
-        if collate_fn is None:
-            collate_fn = (
-                torch.utils.data.default_collate
-                if batch_size is not None or batch_sampler is not None
-                else torch.utils.data.default_convert
-            )
-        self.collate_fn = collate_fn
-        common = dict(
+        self._engine, self.collate_fn = build(
+            dataset,
             seed=self.seed,
             seed_explicit=seed_explicit,
-            owns_sampler=owns_sampler,
-            reseed=self.reseed_global_rng,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            owns_sampler=(sampler is None and batch_sampler is None)
+            or (reshard is not None and reshard.owns_sampler),
+            shuffle=shuffle,
             batch_size=batch_size,
             drop_last=self.drop_last,
-            per_sample=batch_size is None and batch_sampler is None,
             collate_fn=collate_fn,
             batch_transform=batch_transform,
             worker_init_fn=worker_init_fn,
-            options=options,
+            reseed=reseed,
+            reseed_global_rng=self.reseed_global_rng,
             step_rng=self.step_rng,
             batched_fetch=self.batched_fetch,
+            snapshot_every_n_steps=snapshot_every_n_steps,
+            options=dict(  # torch's DataLoader arguments every engine passes on unchanged
+                num_workers=num_workers,
+                # device= on CUDA: the engine pins (in torch's pin thread with workers), so the
+                # copy ahead of the step is asynchronous
+                pin_memory=pin_memory or (lookahead is not None and lookahead.pins),
+                timeout=timeout,
+                multiprocessing_context=self.multiprocessing_context,
+                prefetch_factor=prefetch_factor,
+                persistent_workers=persistent_workers,
+                pin_memory_device=pin_memory_device,
+                in_order=in_order,
+            ),
+            where=where,
         )
-        if isinstance(sampler, DistributedSampler) and batch_sampler is None:
-            if sampler.n != n:
-                raise ValueError(
-                    f"{where}: the sampler must cover the dataset; it covers {sampler.n} "
-                    f"samples but len(dataset) is {n}; build the sampler on this dataset"
-                )
-            self._engine = SeekableEngine(sampler, dataset, **common)
-        else:
-            self._engine = ReplayEngine(sampler, batch_sampler, n, dataset, **common)
         self._engine.lookahead = lookahead
+        if reshard is not None:  # the cursor is a global position: it stays where it is
+            self._engine.shard(reshard.world, reshard.rank)
         self._initialized = True
 
     # --- torch's attribute rules ----------------------------------------------------------------
@@ -271,7 +212,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     # --- iteration ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not torch's iterator class
-        return self._engine.iterate(self._place)
+        return self._engine.iterate()
 
     def __len__(self) -> int:
         """Batches in a full epoch on this rank, as torch's DataLoader counts them."""
@@ -289,6 +230,18 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         on the epoch's own partition. An iterator from before stops (as after
         ``load_state_dict``). Needs a seekable sampler."""
         self._engine.skip(batches)
+
+    def skip_to(self, batch: int) -> None:
+        """Move the cursor to batch ``batch`` of the epoch the next ``iter()`` runs, counted
+        from that epoch's start on this rank (the epoch-end rules decide which epoch): where
+        ``skip`` moves relative to the cursor, this lands on the same batch wherever the cursor
+        was, so a restored state followed by ``skip_to(k)`` does not skip twice. It is what
+        accelerate's ``skip_first_batches(loader, k)`` means
+        (:func:`seekdata.integrations.accelerate.skip_first_batches` calls it). O(1) with a
+        seekable sampler; with another sampler the next ``iter()`` replays ``batch`` batches of
+        indices. An iterator from before stops."""
+        where = "StatefulDataLoader.skip_to"
+        self._engine.seek_batch(check_int(batch, "batch", where, 0))
 
     def skip_steps(self, start: int, stop: int) -> None:
         """Never hand out the global steps ``[start, stop)`` (a global step is
@@ -315,15 +268,55 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         resume, skip and resharding need no replay."""
         return isinstance(self._engine, SeekableEngine)
 
+    def shard(self, num_replicas: int, rank: int) -> None:
+        """Become rank ``rank`` of ``num_replicas`` ranks: what a framework that shards loaders
+        calls (accelerate's ``prepare``, Lightning's DDP). The cursor is a global position, so
+        it stays where it is, and the stream goes on as the same global stream. Needs a seekable
+        sampler built single-process (or already on that rank) for more than one rank."""
+        where = "StatefulDataLoader.shard"
+        num_replicas = check_int(num_replicas, "num_replicas", where, 1)
+        rank = check_int(rank, "rank", where, 0)
+        sampler, world = self.sampler, getattr(self.sampler, "num_replicas", 1)
+        if (world, getattr(sampler, "rank", 0)) == (num_replicas, rank):
+            return  # already so
+        if not self.seekable or self.batch_sampler is None:
+            if num_replicas > 1 or world > 1:
+                what = "an IterableDataset" if self.sampler is None else "this sampler"
+                raise ValueError(
+                    f"{where}: seekdata can shard only its own sampler across {num_replicas} "
+                    f"processes; got {what} ({type(sampler).__name__}, batch_sampler "
+                    f"{type(self.batch_sampler).__name__}); build the loader with shuffle= or "
+                    f"sampler=seekdata.DistributedSampler(dataset), without batch_sampler="
+                )
+            return
+        if world != 1:
+            raise ValueError(
+                f"{where}: the loader's sampler is rank {sampler.rank} of {world} but this "
+                f"process is rank {rank} of {num_replicas}; build the sampler with "
+                f"num_replicas={num_replicas}, rank={rank}, or leave it single-process and let "
+                f"the framework shard it"
+            )
+        self._engine.shard(num_replicas, rank)
+
+    def place(self, move: Callable[[Any], Any] | None) -> None:
+        """Hand out each batch as ``move(batch)`` (e.g. accelerate's ``send_to_device``), or as
+        it is with None: what a framework that places batches on a device calls. For a copy to
+        the GPU that overlaps the step, ``device=`` does it ahead of the step instead."""
+        if move is not None and not callable(move):
+            raise TypeError(
+                f"StatefulDataLoader.place: move must be a callable batch -> batch or None; got "
+                f"{type(move).__name__}; pass e.g. functools.partial(send_to_device, device=d)"
+            )
+        self._engine.place = move
+
     @property
     def _is_accelerate_prepared(self) -> bool:
-        """Read by ``Accelerator.prepare``; True hands this loader back unrebuilt (see
-        :mod:`seekdata.integrations.accelerate`, which also shards it across processes)."""
+        """Read by ``Accelerator.prepare_data_loader``; True hands this loader back unrebuilt,
+        after the hook shards it and places its batches (:mod:`seekdata._frameworks`: only
+        accelerate's own prepare asking gets True; the frame says who asks)."""
         if self._prepared or "accelerate" not in sys.modules:
             return self._prepared
-        from seekdata.integrations.accelerate import _adopt
-
-        return _adopt(self, sys._getframe(1))
+        return _frameworks.accelerate_prepares(self, sys._getframe(1))
 
     @_is_accelerate_prepared.setter
     def _is_accelerate_prepared(self, value: bool) -> None:  # accelerate marks what it prepared
@@ -331,7 +324,6 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
 
     # accelerate's save_state / load_state save a prepared loader's state_dict() when this is set
     use_stateful_dataloader = True
-    _place: Callable[[Any], Any] | None = None  # set by accelerate's prepare: batch -> device
     _prepared = False
 
     # --- state ----------------------------------------------------------------------------------
@@ -350,6 +342,18 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         seed is adopted."""
         self._engine.load_state_dict(state, strict)
         self.seed = self._engine.seed
+
+
+def _check_shuffle(shuffle: Any, sampler: Any, batch_sampler: Any, where: str) -> None:
+    """torch's rule: ``shuffle`` and a sampler of one's own are mutually exclusive."""
+    if shuffle and (sampler is not None or batch_sampler is not None):
+        which = "sampler" if sampler is not None else "batch_sampler"
+        other = "shuffle" if sampler is not None else "batch_size, shuffle, sampler and drop_last"
+        raise ValueError(
+            f"{where}: {which} option is mutually exclusive with {other}; got shuffle="
+            f"{shuffle!r} and a {which}; shuffle in the sampler (e.g. "
+            f"seekdata.DistributedSampler(..., shuffle=True)) and leave shuffle unset here"
+        )
 
 
 def _check_batch_transform(

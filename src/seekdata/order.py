@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from seekdata.rng import ORDER, key_words, mix64_into, mix_keyed
+from seekdata._keys import ORDER, is_int, key_words, mix64_into, mix_keyed
 
 __all__ = [
     "ORDERS",
@@ -125,7 +125,7 @@ def _walk(x: int, n: int, keys: Sequence[int]) -> int:
     m1, m2, m64 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, (1 << 64) - 1
     while True:  # cycle walking: the domain is < 2n
         left, right = x >> b, x & mask_b
-        for key, even in rounds:  # rng.mix64_int inlined: this loop is the per-sample cost
+        for key, even in rounds:  # _keys.mix64_int inlined: this loop is the per-sample cost
             v = (right if even else left) ^ key
             v ^= v >> 30
             v = (v * m1) & m64
@@ -252,7 +252,7 @@ class Shards:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, int):
+        if not is_int(self.window):
             raise TypeError(f"Shards: window must be an int; got {type(self.window).__name__}")
         if self.window < 1:
             raise ValueError(

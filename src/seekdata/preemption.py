@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from seekdata import _dist
+from seekdata._keys import is_int
 
 __all__ = ["PreemptionHandler", "WorkerSignals", "exit_flag", "starting_workers", "worker_signals"]
 
@@ -168,13 +169,13 @@ def _check_signals(signals: Any) -> tuple[signal.Signals, ...]:
         )
     out: list[signal.Signals] = []
     for s in signals:
-        if isinstance(s, bool) or not isinstance(s, int):
+        if not is_int(s):
             raise TypeError(
                 f"{where}: each signal must be a signal.Signals; got {type(s).__name__} {s!r}; "
                 f"pass e.g. signal.SIGUSR1"
             )
         try:
-            sig = signal.Signals(s)
+            sig = signal.Signals(int(s))
         except ValueError:
             raise ValueError(
                 f"{where}: each signal must be a valid signal number; got {s}; pass a member "

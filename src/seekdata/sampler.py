@@ -22,8 +22,8 @@ from seekdata import _dist
 from seekdata import _partition as P
 from seekdata import state as S
 from seekdata._cursor import Cursor
+from seekdata._keys import check_counter, check_int
 from seekdata.order import Order, make_order
-from seekdata.rng import check_counter, check_int
 
 __all__ = ["DistributedSampler"]
 
@@ -230,12 +230,13 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         batch_size = check_int(batch_size, "batch_size", where, 1)
         per_epoch = P.batches(self.local_len(0), batch_size, False)
         epoch, position = self.cursor.next_start()
-        step = per_epoch if position >= self.n else position // self.num_replicas // batch_size
+        at = (epoch, position, position // (self.num_replicas * batch_size))
+        geo = (self.n, self.num_replicas, self.drop_last, batch_size, False)
         try:
-            epoch, step = P.moved(epoch, step, batches, per_epoch)
+            epoch, position, _ = P.move(geo, per_epoch, at, batches)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
-        self.cursor.seek(self.position_after(0, step * batch_size), epoch)
+        self.cursor.seek(position, epoch)
 
     def indices(self, epoch: int, positions: Any) -> np.ndarray:
         """Dataset indices at global ``positions`` of ``epoch`` (any rank's view): O(1) each."""
@@ -277,14 +278,8 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     def check_state(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
         """Validate the whole state (raises; warns for strict=False mismatches); assigns nothing."""
         S.check_state(state, expected, where=where, strict=strict)
-        position = state[S.K_POSITION]
-        if position > state[S.K_N]:
-            raise S.StateMismatchError(
-                f"{where}: state[{S.K_POSITION!r}] is {position}, past the epoch's end "
-                f"{state[S.K_N]}; pass an unmodified state_dict()"
-            )
 
-    def restore(self, state: Any, step: int = 0) -> None:
+    def restore(self, state: Any, batch: int = 0) -> None:
         """Move to a state :meth:`check_state` accepted. Another world size re-partitions
         the rest of the epoch from the cursor: its padding never repeats a consumed sample."""
         position = state[S.K_POSITION]
@@ -296,7 +291,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             position,
             bool(state[S.K_EXHAUSTED]),
             origin,
-            step,
+            batch,  # a loader's batches consumed in the epoch (state["step"])
             state.get(S.K_SKIPS, ()),  # a loader's skipped global steps
         )
 

@@ -11,18 +11,18 @@ import os
 import sys
 import warnings
 from collections.abc import Mapping
-from typing import Any, TypeGuard
-
-from seekdata import _partition as P
+from typing import Any
 
 __all__ = [
     "KINDS",
     "VERSION",
     "StateMismatchError",
     "check_dataset",
-    "check_geometry",
+    "check_in_order",
     "check_one_seed",
+    "check_resize",
     "check_state",
+    "check_step",
     "warn_caller",
     "warn_rewind",
 ]
@@ -70,6 +70,8 @@ K_STEP = "step"
 #: Loader only, written when not empty: global-step ranges ``[start, stop)`` the loader skips
 #: (``loader.skip_steps``), sorted and disjoint; a global step is epoch × len(loader) + step.
 K_SKIPS = "skips"
+#: Iterable loaders only: torchdata's own state of the stream, nested (JSON-native).
+K_ENGINE = "engine"
 #: Loader only, written when the dataset defines its own stream (its ``stream_signature``, e.g.
 #: a :class:`seekdata.Mixture`: sources, weights, seed): a state from another mixture of the
 #: same length is refused instead of continuing another stream. Absent otherwise.
@@ -213,6 +215,12 @@ def check_state(
             f"{where}: state[{K_ORIGIN!r}] must be <= state[{K_POSITION!r}] "
             f"({state[K_POSITION]}); got {state[K_ORIGIN]}; pass an unmodified state_dict()"
         )
+    replay = str(state.get(K_ORDER, "")).startswith("replay:")  # position counts batches
+    if K_N in state and not replay and state[K_POSITION] > state[K_N]:
+        raise StateMismatchError(
+            f"{where}: state[{K_POSITION!r}] is {state[K_POSITION]}, past the epoch's end "
+            f"{state[K_N]}; pass an unmodified state_dict()"
+        )
     if K_SKIPS in state:
         _check_skips(state[K_SKIPS], where)
     for key, here in expected.items():
@@ -258,64 +266,37 @@ def check_dataset(
     warn_caller(f"{where}: {problem}; continuing (strict=False): {_CONTINUES[K_DATASET]}")
 
 
-def check_geometry(
-    state: Mapping[str, Any],
-    n: int,
-    here: tuple[int, int],
-    drop: tuple[bool, bool],
-    where: str,
-    strict: bool,
-) -> None:
-    """A state saved on W ranks × B loads on W' × B' with W'·B' = W·B only if both cut the
-    epochs alike: with ``drop_last`` (the sampler's or the loader's, ``drop``) the number of
-    steps and the tail dropped or padded depend on W and B themselves, and another cut would
-    hand out other samples at every later step. ``here``: (W', B'); the state holds (W, B)."""
-    old = (state[K_WORLD_SIZE], state[K_BATCH_SIZE])
-    position, origin = state.get(K_POSITION), state.get(K_ORIGIN, 0)
-    if not (_is_int(position) and _is_int(origin)):
-        return  # malformed: the full check names it
-    mid = 0 < position < n and 0 <= origin <= position
-
-    def cut(world: int, batch: int) -> tuple[tuple[int, int, int], ...]:
-        whole = P.coverage(n, world, batch, *drop, 0)
-        if not mid:
-            return (whole,)
-        if (world, batch) == old:  # the checkpoint's partition goes on from its origin
-            steps, end, pad = P.coverage(n, world, batch, *drop, origin)
-            rest = (steps - (position - origin) // (world * batch), end, pad)
-        else:  # another world size re-partitions from the cursor
-            rest = P.coverage(n, world, batch, *drop, position)
-        return whole, rest
-
-    want = cut(*old)
-    if cut(*here) == want:
-        return
-    g = old[0] * old[1]
-    fits = [f"{w} × {g // w}" for w in range(1, g + 1) if g % w == 0 and cut(w, g // w) == want]
-    (steps_old, end_old, pad_old), (steps_new, end_new, pad_new) = want[0], cut(*here)[0]
-    problem = (
-        f"with drop_last, {n} samples on {_ranks(old[0])} × {old[1]} make epochs of {steps_old} "
-        f"steps covering positions [0, {end_old}) (+{pad_old} padding), but on "
-        f"{_ranks(here[0])} × {here[1]} (the same global batch) {steps_new} steps covering "
-        f"[0, {end_new}) (+{pad_new} padding)"
-        + ("" if want[0] != cut(*here)[0] else ", and the rest of this epoch is cut otherwise")
-    )
-    if not strict:
-        warn_caller(f"{where}: {problem}; continuing (strict=False) with this cut of epochs")
-        return
-    raise StateMismatchError(
-        f"{where}: {problem}: every later step would see other samples; resume on ranks × "
-        f"batch size that cut epochs alike ({', '.join(fits)}), or strict=False to continue "
-        f"with this cut"
-    )
+def check_in_order(in_order: bool) -> None:
+    """A cursor describes what was consumed only when batches arrive in order."""
+    if not in_order:
+        raise ValueError(
+            "StatefulDataLoader.state_dict: exact resume needs in_order=True; with "
+            "in_order=False batches reach you out of order, so no cursor says which were "
+            "consumed; pass in_order=True to checkpoint"
+        )
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
+def check_step(state: Mapping[str, Any], limit: int, where: str) -> int:
+    """A loader state's batch in the epoch (``step``; typed and signed by :func:`check_state`),
+    at most ``limit`` at its position; returned."""
+    step = int(state.get(K_STEP, 0))
+    if step > limit:
+        raise StateMismatchError(
+            f"{where}: state[{K_STEP!r}] must be in [0, {limit}] at position "
+            f"{state[K_POSITION]} (a batch consumes at least one position); got {step}; "
+            f"pass an unmodified state_dict()"
+        )
+    return step
 
 
-def _ranks(world: int) -> str:
-    return f"{world} rank" if world == 1 else f"{world} ranks"
+def check_resize(now: Any, old_n: int, new_n: int, where: str) -> None:
+    """A dataset whose length changed: only between epochs, where the cursor counts none."""
+    if 0 < now.position < old_n:
+        raise ValueError(
+            f"{where}: len(dataset) changed from {old_n} to {new_n} in the middle of epoch "
+            f"{now.epoch} (at position {now.position}), where the cursor counts the old length; "
+            f"finish the epoch, or call set_epoch({now.epoch + 1}), before iterating"
+        )
 
 
 def check_one_seed(state: Any, where: str) -> None:

@@ -12,8 +12,7 @@ unchanged, and the checkpoint stays the loader's cursor.
   with labels that never cross a document and ``position_ids`` restarting at each one.
   Document boundaries come from a one-time scan kept beside each file
   (:mod:`seekdata._tokenindex`, ``seekdata index --eos-id``), or from ``document_ends``.
-
-See docs/tokens.md.
+  See docs/tokens.md.
 """
 
 from __future__ import annotations
@@ -29,12 +28,12 @@ import torch
 from torch.utils.data import Dataset
 
 from seekdata import _packing, _tokenindex
+from seekdata._keys import is_int
 from seekdata._tokenfiles import TokenReader, check_dtype, describe, expand_files
 
 __all__ = ["IGNORE_INDEX", "PackedDocuments", "TokenWindows"]
 
-#: ``labels`` value where no token is predicted (a document's last token, padding): the
-#: ``ignore_index`` of ``torch.nn.functional.cross_entropy`` and of Hugging Face models.
+#: ``labels`` where no token is predicted: cross_entropy's and Hugging Face's ignore_index.
 IGNORE_INDEX = -100
 
 _Files = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -42,9 +41,9 @@ _Sample = dict[str, torch.Tensor]
 
 
 def _int(value: Any, name: str, where: str, low: int, hint: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+    if not is_int(value):  # the int rule of seekdata._keys.check_int, with this hint
         raise TypeError(f"{where}: {name} must be an int; got {type(value).__name__} {value!r}")
-    if int(value) < low:
+    if value < low:
         raise ValueError(f"{where}: {name} must be >= {low}; got {value}; {hint}")
     return int(value)
 

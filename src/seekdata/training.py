@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from seekdata import _dist
-from seekdata.rng import check_counter, key_words, seed_globals
+from seekdata._keys import check_counter, key_words
+from seekdata.rng import seed_globals
 
 __all__ = ["RNG_FORMAT", "base_torch_seed", "capture_rng", "restore_rng", "set_step_rng"]
 

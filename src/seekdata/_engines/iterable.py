@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from seekdata import _dist, _globalrng, preemption, rng
+from seekdata import _dist, _globalrng, _statecheck, preemption, rng
 from seekdata import state as S
 from seekdata._cursor import Cursor
 from seekdata._device import DevicePrefetch
+from seekdata._keys import step_seed
 from seekdata._seed import seed_to_adopt
 from seekdata.training import set_step_rng
 
@@ -30,7 +31,6 @@ _CANNOT_SKIP = (
     "StatefulDataLoader.{what}: an IterableDataset decides its own order, so its cursor cannot "
     "move; got a loader over an IterableDataset; use a map-style dataset to skip batches"
 )
-K_ENGINE = "engine"  # torchdata's own state, nested (JSON-native for iterable datasets)
 
 
 @contextmanager
@@ -97,9 +97,10 @@ class IterableEngine:
         # the stream's end is torchdata's to find: only the epoch and its end flags live here
         self.cursor = Cursor(0)
         self._generation = 0  # bumped by iter() and load_state_dict: older iterators are stale
-        self.step_rng = step_rng  # key the caller's global RNG by each batch's step
-        self.step = 0  # batches of the current epoch handed out (the step RNG's counter)
+        self.step_rng = step_rng  # key the caller's global RNG by each batch's number
+        self.batch = 0  # batches of the current epoch handed out (the step RNG's counter)
         self.lookahead: DevicePrefetch | None = None  # device=: set by the loader
+        self.place: Callable[[Any], Any] | None = None  # batch -> device (loader.place)
         # device=: torchdata's state after the last batch handed out, while its iterator has
         # pulled further ahead (None: torchdata's live state is the one handed out)
         self._held: dict[str, Any] | None = None
@@ -113,17 +114,26 @@ class IterableEngine:
                 **kwargs,
             )
 
-    def iterate(self, place: Callable[[Any], Any] | None) -> Iterator[Any]:
+    def iterate(self) -> Iterator[Any]:
         if self.cursor.begin():
-            self.step = 0
+            self.batch = 0
             self._forward_epoch()
         self.seeder.epoch = self.cursor.epoch
         self._generation += 1
         self._private = self._fresh_private()
-        return self._stream(self._generation, place)
+        return self._stream(self._generation, self.place)
 
     def full_len(self) -> int:
         return len(self.engine)
+
+    def shard(self, num_replicas: int, rank: int) -> None:
+        if (num_replicas, rank) != (1, 0):
+            raise ValueError(
+                f"StatefulDataLoader.shard: an IterableDataset shards its stream itself (each "
+                f"rank's is its own), so seekdata cannot shard it across {num_replicas} "
+                f"processes; got an IterableDataset; shard it in the dataset (by rank), or use "
+                f"a map-style dataset"
+            )
 
     def set_option(self, name: str, value: Any) -> None:
         if name == "worker_init_fn":
@@ -169,7 +179,7 @@ class IterableEngine:
 
     def _stream(self, generation: int, place: Callable[[Any], Any] | None) -> Iterator[Any]:
         end = object()
-        step_seed = rng.step_seed(self.seed, self.cursor.epoch) if self.step_rng else None
+        epoch_seed = step_seed(self.seed, self.cursor.epoch) if self.step_rng else None
         rank = _dist.rank_or_zero()
         # device=: batches are pulled ahead; torchdata's state after each waits in `held` until
         # the batch is handed out (in_order=False: torchdata's state is not exact anyway)
@@ -193,9 +203,9 @@ class IterableEngine:
                 return
             if held is not None:
                 self._held = held.popleft()
-            self.step += 1
-            if step_seed is not None:  # the caller's model-side RNG: a function of the step
-                set_step_rng(step_seed, self.step - 1, rank=rank)
+            self.batch += 1
+            if epoch_seed is not None:  # the caller's model-side RNG: a function of the batch
+                set_step_rng(epoch_seed, self.batch - 1, rank=rank)
             yield batch if place is None else place(batch)
 
     def _pull(self, held: collections.deque[dict[str, Any]] | None) -> Iterator[Any]:
@@ -223,11 +233,14 @@ class IterableEngine:
 
     def set_epoch(self, epoch: int) -> None:
         if self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3):
-            self.step = 0
+            self.batch = 0
         self._forward_epoch()
 
     def skip(self, batches: int) -> None:
         raise ValueError(_CANNOT_SKIP.format(what="skip"))
+
+    def seek_batch(self, batch: int) -> None:
+        raise ValueError(_CANNOT_SKIP.format(what="skip_to"))
 
     def skip_steps(self, start: int, stop: int) -> None:
         raise ValueError(_CANNOT_SKIP.format(what="skip_steps"))
@@ -256,7 +269,7 @@ class IterableEngine:
             S.K_EXHAUSTED: now.exhausted,
             **self.fields(),
             S.K_WORLD_SIZE: _dist.world_size_or_one(),
-            K_ENGINE: engine,
+            S.K_ENGINE: engine,
         }
 
     def load_state_dict(self, state: Any, strict: bool) -> None:
@@ -266,61 +279,19 @@ class IterableEngine:
         seed = seed_to_adopt(state, self.seed, explicit=self.seed_explicit, owns_sampler=False)
         expected = {S.K_KIND: "iterable", **self.fields(seed)}
         S.check_state(state, expected, where=where, strict=strict)
-        _check_engine(state.get(K_ENGINE), self.num_workers, where)
-        old, here = state.get(S.K_WORLD_SIZE, 1), _dist.world_size_or_one()
-        if old != here:
-            raise S.StateMismatchError(
-                f"{where}: world_size is {old} in the checkpoint but {here} here; an "
-                f"IterableDataset's state is its own rank's stream, so it resumes only on the "
-                f"same world size; resume on {old} ranks, or use a map-style dataset (elastic)"
-            )
+        _statecheck.check_iterable(state, self.num_workers, _dist.world_size_or_one(), where)
         # everything is valid: only now change the loader
         if seed != self.seed:
             self.seed = self.seeder.seed = seed
             self.engine.generator = rng.torch_generator(seed, _WORKER_TAG)
         self.cursor.restore(state[S.K_EPOCH], 0, state[S.K_EXHAUSTED])
-        self.step = state[S.K_POSITION]
+        self.batch = state[S.K_POSITION]
         self._generation += 1  # an iterator from before the load stops
         self._private = None
         self._held = None
         self._forward_epoch()
         with _quiet():
-            self.engine.load_state_dict(state[K_ENGINE])
-
-
-def _check_engine(engine: Any, num_workers: int, where: str) -> None:
-    """torchdata's nested state must be a complete one for this ``num_workers``: torchdata
-    itself would fail at the next ``iter()`` (a bare AssertionError) or, for ``{}``, silently
-    restart the stream."""
-    fix = "pass an unmodified state_dict()"
-    if not isinstance(engine, dict) or not engine:
-        raise S.StateMismatchError(
-            f"{where}: state[{K_ENGINE!r}] must be the non-empty dict torchdata's state_dict() "
-            f"returned; got {type(engine).__name__} {str(engine)[:60]}; {fix}"
-        )
-    if "_snapshot" in engine:
-        snap = engine["_snapshot"]
-        main = snap.get("_main_snapshot") if isinstance(snap, dict) else None
-        old = main.get("_num_workers") if isinstance(main, dict) else None
-        if not isinstance(old, int) or "_steps_since_snapshot" not in engine:
-            raise S.StateMismatchError(
-                f"{where}: state[{K_ENGINE!r}] is an incomplete torchdata worker state (no "
-                f"'_snapshot._main_snapshot._num_workers' or '_steps_since_snapshot'); {fix}"
-            )
-    elif "_num_yielded" in engine:
-        old = 0
-    else:
-        raise S.StateMismatchError(
-            f"{where}: state[{K_ENGINE!r}] is not a torchdata state (keys: "
-            f"{sorted(map(str, engine))[:6]}); {fix}"
-        )
-    if old != num_workers:
-        raise S.StateMismatchError(
-            f"{where}: num_workers is {old} in the checkpoint but {num_workers} here; an "
-            f"IterableDataset splits its stream over the workers itself, so its state resumes "
-            f"only on the same worker count; pass num_workers={old}, or use a map-style dataset "
-            f"(any num_workers at resume)"
-        )
+            self.engine.load_state_dict(state[S.K_ENGINE])
 
 
 def _num_yielded(engine_state: dict[str, Any]) -> int:

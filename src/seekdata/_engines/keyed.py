@@ -1,9 +1,11 @@
-"""What the seekable and replay paths share: torch's DataLoader over keyed batches.
+"""What the seekable and replay paths share: torch's DataLoader over planned batches.
 
-The engine's batch sampler yields :class:`~seekdata._fetch.BatchKey` objects (indices plus
-counters) that a subclass plans from its cursor; torch's DataLoader fetches them (workers,
-pinning, prefetch) through :class:`~seekdata._fetch.KeyedDataset`, and :class:`_LoaderIter`
-moves the cursor only for batches it has handed to the caller.
+An iterator plans its epoch from the cursor (a :class:`~seekdata._engines.plan.Plan`, a value),
+hands torch's DataLoader the plan's batches (:class:`~seekdata._fetch.PlannedBatch`: indices
+plus counters) through :class:`_PlannedBatches`, and torch fetches them (workers, pinning,
+prefetch) through :class:`~seekdata._fetch.KeyedDataset`. :class:`_LoaderIter` commits the plan
+to the cursor at its first batch and moves the cursor only for batches it has handed out; the
+engine is the one caller of the cursor's moves.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from seekdata import preemption, rng
 from seekdata import state as S
 from seekdata._cursor import Cursor, Now
 from seekdata._device import DevicePrefetch
-from seekdata._fetch import BatchKey, Collate, FailedBatch, KeyedDataset, WorkerInit
+from seekdata._engines.plan import Plan
+from seekdata._fetch import Collate, FailedBatch, KeyedDataset, PlannedBatch, WorkerInit
+from seekdata._keys import step_seed
 from seekdata._seed import seed_to_adopt
 from seekdata.training import set_step_rng
 
@@ -26,22 +30,33 @@ _ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker
 WHERE = "StatefulDataLoader"
 
 
-class _KeyBatches(torch.utils.data.Sampler[BatchKey]):
-    """torch's batch sampler: yields the batches the engine planned, as keys."""
+class _PlannedBatches(torch.utils.data.Sampler[PlannedBatch]):
+    """torch's batch sampler: the batches of the plan the starting iterator hands it.
 
-    def __init__(self, engine: KeyedEngine) -> None:
-        self._engine = weakref.proxy(engine)
+    torch's DataLoader asks its batch sampler for an iterator when it starts one (and when
+    persistent workers start another epoch); :class:`_LoaderIter` passes the plan's batches
+    right before, as a value: nothing is read back from the engine."""
 
-    def __iter__(self) -> Iterator[BatchKey]:
-        return self._engine.batches()
+    def __init__(self) -> None:
+        self._next: Iterator[PlannedBatch] = iter(())
+        self._count = 0
+
+    def hand(self, batches: Iterator[PlannedBatch], count: int) -> None:
+        """The batches the next ``iter()`` of torch's DataLoader yields, and how many."""
+        self._next, self._count = batches, count
+
+    def __iter__(self) -> Iterator[PlannedBatch]:
+        return self._next  # torch asks twice as it starts (__init__, then _reset): the same
 
     def __len__(self) -> int:
-        return self._engine.num_batches
+        return self._count
 
 
 class KeyedEngine:
-    """A map-style path. Subclasses plan the epoch from the cursor (``begin``, ``batches``,
-    ``consumed``) and say how a state is checked and loaded (``check``, ``load``, ...)."""
+    """A map-style path. A subclass plans an epoch from the cursor (:meth:`plan`, a value; it
+    moves nothing), lists the plan's batches (:meth:`batches`), commits the plan and counts
+    batches handed out (:meth:`commit`, :meth:`consumed`: the only moves of the cursor while
+    iterating), and supplies the values its state is checked against."""
 
     cursor: Cursor
     sampler: Any
@@ -66,21 +81,21 @@ class KeyedEngine:
         batched_fetch: bool = True,
     ) -> None:
         self.seed = seed
-        self.step_rng = step_rng  # key the caller's global RNG by each batch's step
+        self.step_rng = step_rng  # key the caller's global RNG by each batch's number
         self.lookahead: DevicePrefetch | None = None  # device=: set by the loader
+        self.place: Callable[[Any], Any] | None = None  # batch -> device (loader.place)
         self.seed_explicit, self.owns_sampler = seed_explicit, owns_sampler
         self.batch_size, self.drop_last = batch_size, drop_last
         self.reseed, self.batch_transform = reseed, batch_transform
-        self.num_batches = 0  # batches of the epoch planned by begin()
         self._live: weakref.ReferenceType[_LoaderIter] | None = None
         self.keyed = KeyedDataset(dataset, seed, reseed, batched_fetch)
-        keys = _KeyBatches(self)
+        self.planned = _PlannedBatches()
         # batch_size=None: one sample per step without collation, as torch does
         self.loader = torch.utils.data.DataLoader(
             self.keyed,
             batch_size=None if per_sample else 1,  # torch's rule for batch_sampler=
-            sampler=keys if per_sample else None,
-            batch_sampler=None if per_sample else keys,  # type: ignore[arg-type]  # keys, not lists
+            sampler=self.planned if per_sample else None,
+            batch_sampler=None if per_sample else self.planned,  # type: ignore[arg-type]
             collate_fn=Collate(collate_fn, batch_transform, seed, reseed),
             worker_init_fn=WorkerInit(worker_init_fn),
             generator=rng.torch_generator(seed, _ENGINE_TAG),
@@ -89,15 +104,22 @@ class KeyedEngine:
 
     # --- what a subclass provides ---------------------------------------------------------------
 
-    def begin(self) -> None:
-        """Apply the epoch-end rules and plan the epoch from the cursor (sets num_batches)."""
+    def plan(self) -> Plan:
+        """The plan of the epoch the next iterator runs, from the cursor; moves nothing."""
         raise NotImplementedError
 
-    def batches(self) -> Iterator[BatchKey]:
+    def batches(self, plan: Plan) -> Iterator[PlannedBatch]:
+        """The plan's batches on this rank (a pure function of the plan)."""
         raise NotImplementedError
 
-    def consumed(self, k: int, end: bool = False) -> None:
-        """``k`` batches of the planned epoch were handed out; ``end``: the iterator finished."""
+    def commit(self, plan: Plan) -> None:
+        """The iterator hands out the plan's first batch: the cursor enters the plan's epoch
+        (its epoch-end rules) at the plan's start."""
+        raise NotImplementedError
+
+    def consumed(self, plan: Plan, k: int, end: bool = False) -> int:
+        """``k`` batches of ``plan`` were handed out (``end``: the iterator finished); the
+        number in the epoch of the last one handed out."""
         raise NotImplementedError
 
     def full_len(self) -> int:
@@ -105,6 +127,10 @@ class KeyedEngine:
 
     def rank(self) -> int:
         """This rank, for the model-side step RNG (``step_rng``)."""
+        raise NotImplementedError
+
+    def shard(self, num_replicas: int, rank: int) -> None:
+        """Become rank ``rank`` of ``num_replicas`` (a framework sharding this loader)."""
         raise NotImplementedError
 
     def set_epoch(self, epoch: int) -> None:
@@ -122,7 +148,7 @@ class KeyedEngine:
     def check(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
         raise NotImplementedError
 
-    def load(self, state: Any, step: int) -> None:
+    def load(self, state: Any, batch: int) -> None:
         raise NotImplementedError
 
     def cursor_fields(self, now: Now) -> dict[str, Any]:
@@ -134,6 +160,11 @@ class KeyedEngine:
 
     def skip_steps(self, start: int, stop: int) -> None:
         raise ValueError(self._cannot_skip("skip_steps"))
+
+    def seek_batch(self, batch: int) -> None:
+        """The cursor at batch ``batch`` of the epoch the next iterator runs (accelerate's
+        ``skip_first_batches``)."""
+        raise ValueError(self._cannot_skip("skip_to"))
 
     def _cannot_skip(self, what: str) -> str:
         return (
@@ -166,11 +197,11 @@ class KeyedEngine:
 
     # --- the Engine protocol --------------------------------------------------------------------
 
-    def iterate(self, place: Callable[[Any], Any] | None) -> Iterator[Any]:
+    def iterate(self) -> Iterator[Any]:
         # one cursor, one iterator moving it: a new iter() supersedes the live one, which
         # raises if used again (torchdata's rule, as after load_state_dict)
         self.detach_live()
-        it = _LoaderIter(self, place)  # plans the epoch at its first next()
+        it = _LoaderIter(self)  # plans the epoch at its first next()
         self._live = weakref.ref(it)
         return it
 
@@ -200,18 +231,13 @@ class KeyedEngine:
         return sig if isinstance(sig, str) else None
 
     def state_dict(self) -> dict[str, Any]:
-        if not self.loader.in_order:
-            raise ValueError(
-                "StatefulDataLoader.state_dict: exact resume needs in_order=True; with "
-                "in_order=False batches reach you out of order, so no cursor says which were "
-                "consumed; pass in_order=True to checkpoint"
-            )
+        S.check_in_order(self.loader.in_order)
         now = self.cursor.now  # one value: a state_dict() from another thread is never torn
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "loader",
             **self.cursor_fields(now),
-            S.K_STEP: now.step,
+            S.K_STEP: now.batch,
             **self.fields(),
             S.K_WORLD_SIZE: self.world_size(),
             S.K_ORIGIN: self.cursor.origin_field(now),
@@ -234,61 +260,62 @@ class KeyedEngine:
         self.check(state, expected, where, strict)
         if state[S.K_KIND] == "loader":  # a Mixture's (or token corpus's) own stream: the same?
             S.check_dataset(state, self.signature(), type(self.keyed.dataset), where, strict)
-        step, limit = state.get(S.K_STEP, 0), self.max_step(state)
-        if step > limit:  # the type and the sign were checked with the rest
-            raise S.StateMismatchError(
-                f"{where}: state['step'] must be in [0, {limit}] at position "
-                f"{state[S.K_POSITION]} (a step consumes at least one position); got {step}; "
-                f"pass an unmodified state_dict()"
-            )
+        batch = S.check_step(state, self.max_step(state), where)
         # everything is valid: only now change the engine
         self.detach_live()
         if seed != self.seed:
             self.adopt_seed(seed)
-        self.load(state, step)
+        self.load(state, batch)
 
 
 class _LoaderIter:
-    """Wraps torch's iterator; each batch handed out moves the cursor by one batch.
+    """Hands out the batches of one plan; each batch handed out moves the cursor by one.
 
-    The epoch is planned at the first ``next()``, not at ``iter()``: a ``set_epoch`` between
-    the two applies, as with torch's lazily iterated samplers (Lightning calls ``iter()`` before
-    ``set_epoch`` when it resumes at an epoch's end).
+    The epoch is planned at the first ``next()`` (or ``len()``, or a torch iterator attribute),
+    not at ``iter()``, so a ``set_epoch`` between the two applies, as with torch's lazily
+    iterated samplers (Lightning calls ``iter()`` before ``set_epoch`` when it resumes at an
+    epoch's end). Planning moves nothing: the plan is committed to the cursor at the first
+    ``next()``, re-planned first if the cursor moved since it was made.
     """
 
-    def __init__(self, engine: KeyedEngine, place: Callable[[Any], Any] | None) -> None:
+    def __init__(self, engine: KeyedEngine) -> None:
         self._engine = engine
-        self._place = place
-        self._engine_iter: Iterator[Any] | None = None
-        self._k = 0
+        self._plan: Plan | None = None
+        self._batches: Iterator[Any] | None = None  # torch's iterator over the plan (or ours)
+        self._k = 0  # batches handed out
         self._stale = False
-        self._step_seed: int | None = None  # step_rng: set_step_rng's seed for this epoch
+        self._done = False  # the plan's batches are all out: StopIteration from now on
+        self._step_seed: int | None = None  # step_rng: set_step_rng's seed for the plan's epoch
         self._rank = 0
 
     def detach(self) -> None:
         """Another iterator, a loaded state or a skip took the cursor: this iterator no longer
         moves it and raises if used (torchdata's rule)."""
         self._stale = True
-        self._engine_iter = iter(())  # drop torch's iterator (its workers shut down)
+        self._batches = iter(())  # drop torch's iterator (its workers shut down)
 
     def __iter__(self) -> _LoaderIter:
         return self
 
     def _start(self) -> Iterator[Any]:
-        self._engine.begin()
-        if self._engine.step_rng:
-            self._step_seed = rng.step_seed(self._engine.seed, self._engine.cursor.epoch)
-            self._rank = self._engine.rank()
-        loader = self._engine.loader
+        """Plan the epoch and start fetching its batches (torch's iterator: workers start)."""
+        engine = self._engine
+        plan = self._plan = engine.plan()
+        if engine.step_rng:
+            self._step_seed = step_seed(engine.seed, plan.epoch)
+            self._rank = engine.rank()
+        loader = engine.loader
         if loader.num_workers == 0 and not loader.pin_memory:
-            self._engine_iter = _in_process(self._engine)
+            batches: Iterator[Any] = _in_process(engine, engine.batches(plan))
         else:
+            engine.planned.hand(engine.batches(plan), plan.num_batches)
             with preemption.starting_workers():
                 loader.worker_init_fn.exiting = preemption.exit_flag()  # type: ignore[union-attr]
-                self._engine_iter = iter(loader)
-        if self._engine.lookahead is not None:  # pulled ahead; __next__ counts at hand-out
-            self._engine_iter = self._engine.lookahead.wrap(self._engine_iter)
-        return self._engine_iter
+                batches = iter(loader)
+        if engine.lookahead is not None:  # pulled ahead; __next__ counts at hand-out
+            batches = engine.lookahead.wrap(batches)
+        self._batches = batches
+        return batches
 
     def __next__(self) -> Any:
         if self._stale:
@@ -298,44 +325,52 @@ class _LoaderIter:
                 "and lets one iterator move it; use the newest iterator, or call iter(loader) "
                 "to continue from the loader's cursor"
             )
-        engine_iter = self._engine_iter if self._engine_iter is not None else self._start()
+        if self._done:
+            raise StopIteration
+        engine = self._engine
+        if self._k == 0 and (self._plan is None or engine.cursor.next_start() != self._plan.at):
+            self._start()  # not planned yet, or the cursor moved (set_epoch) since the plan
+        batches, plan = self._batches, self._plan
+        assert batches is not None and plan is not None  # _start set both
+        if self._k == 0:
+            engine.commit(plan)
         try:
-            batch = next(engine_iter)
+            batch = next(batches)
         except StopIteration:
-            self._engine.consumed(self._k, end=True)
+            self._done = True
+            engine.consumed(plan, self._k, end=True)
             raise
         self._k += 1
-        self._engine.consumed(self._k)
-        if self._step_seed is not None:  # the caller's model-side RNG: a function of the step
-            set_step_rng(self._step_seed, self._engine.cursor.step - 1, rank=self._rank)
+        batch_in_epoch = engine.consumed(plan, self._k)
+        if self._step_seed is not None:  # the caller's model-side RNG: a function of the batch
+            set_step_rng(self._step_seed, batch_in_epoch, rank=self._rank)
         if type(batch) is FailedBatch:  # consumed, as torch counts it; the next next() goes on
             batch.raise_error()
-        place = self._place
+        place = engine.place
         return batch if place is None else place(batch)
 
     def __len__(self) -> int:
-        if self._engine_iter is None:
-            self._start()
-        return int(self._engine.num_batches)
+        """Batches this iterator hands out in all: the plan's (planned now if need be)."""
+        return (self._plan or self._engine.plan()).num_batches
 
     def __getattr__(self, name: str) -> Any:  # torch's iterator attributes (_workers, ...)
-        if name.startswith("__") or "_engine_iter" not in self.__dict__:
+        if name.startswith("__") or "_batches" not in self.__dict__:
             raise AttributeError(name)
-        engine_iter = self.__dict__["_engine_iter"]
-        if engine_iter is None:  # torch's iterator exists from iter(): start ours to answer
-            engine_iter = self._start()
-        return getattr(engine_iter, name)
+        batches = self.__dict__["_batches"]
+        if batches is None:  # torch's iterator exists from iter(): start it (the cursor stays)
+            batches = self._start()
+        return getattr(batches, name)
 
 
-def _in_process(engine: KeyedEngine) -> Iterator[Any]:
+def _in_process(engine: KeyedEngine, planned: Iterator[PlannedBatch]) -> Iterator[Any]:
     """``num_workers=0`` without pinning: what torch's single-process iterator does for a
     map-style dataset — fetch each planned batch (``__getitems__`` with a batch sampler,
-    ``dataset[key]`` without), then collate — minus its per-batch machinery (a profiler range,
-    the index and fetcher indirections: several µs a batch, most of the loader's own cost on
-    a cheap sample). With workers or ``pin_memory``, torch's iterator runs as is."""
+    ``dataset[planned]`` without), then collate — minus its per-batch machinery (a profiler
+    range, the index and fetcher indirections: several µs a batch, most of the loader's own
+    cost on a cheap sample). With workers or ``pin_memory``, torch's iterator runs as is."""
     loader = engine.loader
     collate: Callable[[Any], Any] = loader.collate_fn  # our Collate: a FailedBatch passes
     keyed = engine.keyed
     fetch = keyed.__getitems__ if loader.batch_sampler is not None else keyed.__getitem__
-    for key in engine.batches():
-        yield collate(fetch(key))
+    for batch in planned:
+        yield collate(fetch(batch))

@@ -15,11 +15,12 @@ from typing import Any
 
 import torch.utils.data
 
-from seekdata import _dist
+from seekdata import _dist, _statecheck
 from seekdata import state as S
 from seekdata._cursor import Cursor, Now
 from seekdata._engines.keyed import WHERE, KeyedEngine
-from seekdata._fetch import BatchKey
+from seekdata._engines.plan import Plan
+from seekdata._fetch import PlannedBatch
 
 #: The replay cursor's end: past any count of batches, reached only when the iterator finishes.
 _ENDED = 2**63 - 1
@@ -58,14 +59,13 @@ class ReplayEngine(KeyedEngine):
         self.n = n
         self.cursor = Cursor(_ENDED)  # only finish() reaches it (a count never does)
         self._warned = False  # the replay warning, once per loader (not per process: testable)
-        self.step0 = 0
 
     def _total(self) -> int | None:
         return len(self.batches_of) if hasattr(self.batches_of, "__len__") else None
 
-    def _forward_epoch(self) -> None:
+    def _forward_epoch(self, epoch: int) -> None:
         if hasattr(self.inner, "set_epoch"):
-            self.inner.set_epoch(self.cursor.epoch)
+            self.inner.set_epoch(epoch)
 
     def full_len(self) -> int:
         return len(self.batches_of)
@@ -77,20 +77,24 @@ class ReplayEngine(KeyedEngine):
                 return int(obj.rank)  # type: ignore[union-attr]
         return _dist.rank_or_zero()
 
-    # --- planning -------------------------------------------------------------------------------
+    # --- planning: values from the cursor; moves only in commit and consumed ---------------------
 
-    def begin(self) -> None:
-        if self.cursor.begin():
-            self._forward_epoch()
-        self.step0 = 0 if self.cursor.ended else self.cursor.step
-        self.cursor.advance(self.cursor.position, self.step0)
+    def plan(self) -> Plan:
+        at = self.cursor.next_start()
+        epoch, position = at
+        rolled = epoch != self.cursor.epoch  # the epoch-end rule started the next epoch
+        ended = not rolled and position >= _ENDED
+        batch0 = 0 if rolled or ended else self.cursor.batch
         total = self._total() or 0
-        self.num_batches = 0 if self.cursor.ended else max(total - self.step0, 0)
+        span = 0 if ended else max(total - batch0, 0)
+        return Plan(at, epoch, position, 0, batch0, span)
 
-    def batches(self) -> Iterator[BatchKey]:
-        if self.cursor.ended:
+    def batches(self, plan: Plan) -> Iterator[PlannedBatch]:
+        if plan.epoch != self.cursor.epoch:  # the next epoch: the user's sampler learns it first
+            self._forward_epoch(plan.epoch)
+        if plan.start >= _ENDED:
             return
-        done, epoch = self.step0, self.cursor.epoch
+        done, epoch = plan.batch0, plan.epoch
         it = iter(self.batches_of)
         if done and not self._warned:
             self._warned = True
@@ -112,13 +116,25 @@ class ReplayEngine(KeyedEngine):
                     f"integer positions, or pass batch_size=None to hand the dataset whatever "
                     f"the sampler yields"
                 ) from e
-            yield BatchKey(epoch, done + j, indices)
+            yield PlannedBatch(epoch, done + j, indices)
 
-    def consumed(self, k: int, end: bool = False) -> None:
-        done = self.step0 + k
-        self.cursor.advance(done, done)
+    def seek_batch(self, batch: int) -> None:
+        """The next iterator replays ``batch`` batches of indices of its epoch first."""
+        epoch, _ = self.cursor.next_start()
+        self.detach_live()
+        self.cursor.seek(batch, epoch, batch)
+
+    def commit(self, plan: Plan) -> None:
+        self.cursor.enter(plan.start, plan.batch0)  # the plan was made from next_start()
+
+    def consumed(self, plan: Plan, k: int, end: bool = False) -> int:
+        done = plan.batch0 + k
         if end:
+            self.cursor.advance(done, done)
             self.cursor.finish()
+            return done
+        self.cursor.advance(done, done)
+        return done - 1  # the number of the batch handed out
 
     def cursor_fields(self, now: Now) -> dict[str, Any]:
         fields = self.cursor.fields(now)
@@ -128,7 +144,7 @@ class ReplayEngine(KeyedEngine):
 
     def set_epoch(self, epoch: int) -> None:
         self.cursor.set_epoch(epoch, "StatefulDataLoader.set_epoch", stacklevel=3)
-        self._forward_epoch()
+        self._forward_epoch(epoch)
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -157,27 +173,10 @@ class ReplayEngine(KeyedEngine):
 
     def check(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
         S.check_state(state, expected, where=where, strict=strict)
-        old, here, done = state.get(S.K_WORLD_SIZE), self.world_size(), state[S.K_POSITION]
-        total = self._total()
-        if (
-            old is not None
-            and old != here
-            and not state[S.K_EXHAUSTED]
-            and done > 0
-            and (total is None or done < total)
-        ):
-            name = type(self.inner).__name__
-            raise S.StateMismatchError(
-                f"{where}: world_size is {old} in the checkpoint but {here} here, and the "
-                f"sampler {name} cannot seek: it partitions the epoch by world size, so the "
-                f"rest of epoch {state[S.K_EPOCH]} ({done} batches consumed on each rank) cannot "
-                f"be continued on {here} ranks without losing or repeating samples; resume on "
-                f"{old} ranks, or from an epoch boundary, or use seekdata.DistributedSampler "
-                f"(order='torch' keeps torch's order), whose cursor re-partitions the rest"
-            )
+        _statecheck.check_replay_world(state, self.world_size(), self._total(), self.inner, where)
 
-    def load(self, state: Any, step: int) -> None:
+    def load(self, state: Any, batch: int) -> None:
         exhausted = state[S.K_EXHAUSTED]
         position = _ENDED if exhausted else state[S.K_POSITION]
-        self.cursor.restore(state[S.K_EPOCH], position, exhausted, 0, step)
-        self._forward_epoch()
+        self.cursor.restore(state[S.K_EPOCH], position, exhausted, 0, batch)
+        self._forward_epoch(state[S.K_EPOCH])

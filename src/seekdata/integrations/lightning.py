@@ -17,7 +17,7 @@ from typing import Any
 
 import lightning
 
-from seekdata.rng import check_counter
+from seekdata._keys import check_counter
 from seekdata.training import set_step_rng
 
 __all__ = ["StepRNGCallback"]

@@ -36,6 +36,7 @@ import torch.utils.data
 import transformers
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
+from seekdata import _statecheck
 from seekdata import state as S
 from seekdata.loader import StatefulDataLoader
 from seekdata.training import set_step_rng
@@ -153,12 +154,7 @@ class Trainer(transformers.Trainer):
         resume = self._seekdata_resume
         if resume is not None and not self.args.ignore_data_skip:
             path = os.path.join(resume, STATE_FILE)
-            if not os.path.isfile(path):
-                raise S.StateMismatchError(
-                    f"seekdata Trainer: the checkpoint {resume} has no {STATE_FILE}, so the "
-                    f"loader's position is unknown; resume from a checkpoint this Trainer "
-                    f"saved, or pass ignore_data_skip=True to restart the epoch"
-                )
+            _statecheck.check_saved(os.path.isfile(path), resume, STATE_FILE, "seekdata Trainer")
             with open(path) as f:
                 loader.load_state_dict(json.load(f))
         self._seekdata_loader = loader
@@ -197,13 +193,7 @@ class _Batches(torch.utils.data.Dataset):
         if self.it is None:
             self.it = iter(self.loader)
             at = self.loader.state_dict().get(S.K_STEP)
-            if at is not None and at != placeholder[0]:
-                raise S.StateMismatchError(
-                    f"seekdata Trainer: the Trainer resumes at batch {placeholder[0]} of the "
-                    f"epoch but the loader's cursor is at batch {at}; resume with the same "
-                    f"batch size, gradient accumulation and number of processes as the "
-                    f"checkpoint, or pass ignore_data_skip=True to restart the epoch"
-                )
+            _statecheck.check_resume_batch(placeholder[0], at, "seekdata Trainer")
         return [next(self.it)]
 
 

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from seekdata._keys import is_int
+
 LAYOUTS = ("CHW", "HWC")
 
 
@@ -55,7 +57,7 @@ def check_nonnegative(value: Any, name: str, where: str) -> float:
 
 
 def check_positive_int(value: Any, name: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+    if not is_int(value):
         raise TypeError(
             f"{where}: {name} must be a positive int; got {type(value).__name__} {value!r}; "
             f"pass e.g. {name}=32"

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from seekdata._keys import is_int
 from seekdata.transforms._arrays import (
     as_tensor,
     check_array,
@@ -65,12 +66,12 @@ class RandomCrop:
         where = "RandomCrop"
         self.size = check_size(size, "size", where)
         self._square = not isinstance(size, Sequence)
-        if isinstance(padding, int | np.integer) and not isinstance(padding, bool):
+        if is_int(padding):
             padding = (int(padding), int(padding))
         if (
             not isinstance(padding, Sequence)
             or len(padding) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in padding)
+            or not all(is_int(v) for v in padding)
         ):
             raise TypeError(
                 f"{where}: padding must be an int or a pair of ints; got {padding!r}; "
@@ -233,11 +234,7 @@ class RandomRotation90:
     ) -> None:
         where = "RandomRotation90"
         self.p = check_probability(p, "p", where)
-        if (
-            not isinstance(k, Sequence)
-            or len(k) == 0
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in k)
-        ):
+        if not isinstance(k, Sequence) or len(k) == 0 or not all(is_int(v) for v in k):
             raise TypeError(
                 f"{where}: k must be a non-empty list of ints in 0..3; got {k!r}; "
                 "pass e.g. k=(1, 3)"

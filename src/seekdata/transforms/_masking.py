@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seekdata._keys import is_int
 from seekdata.transforms._arrays import (
     check_array,
     check_interval,
@@ -146,14 +147,14 @@ class TokenMask:
     def __init__(self, p: float, mask_token: int, *, keep: Iterable[int] = ()) -> None:
         where = "TokenMask"
         self.p = check_probability(p, "p", where)
-        if isinstance(mask_token, bool) or not isinstance(mask_token, int | np.integer):
+        if not is_int(mask_token):
             raise TypeError(
                 f"{where}: mask_token must be an int token id; got {type(mask_token).__name__} "
                 f"{mask_token!r}; pass your tokenizer's mask id, e.g. mask_token=103"
             )
         self.mask_token = int(mask_token)
         keep = tuple(keep)
-        if not all(isinstance(t, int | np.integer) and not isinstance(t, bool) for t in keep):
+        if not all(is_int(t) for t in keep):
             raise TypeError(f"{where}: keep must hold int token ids; got {keep!r}")
         self.keep = tuple(int(t) for t in keep)
 

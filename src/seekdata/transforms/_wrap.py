@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from seekdata.rng import capture_globals, restore_globals, sample_rng, sample_scope, seed_globals
+from seekdata._globalrng import capture as capture_globals
+from seekdata._globalrng import restore as restore_globals
+from seekdata.rng import sample_rng, sample_scope, seed_globals
 from seekdata.transforms._arrays import check_callable, check_generator
 from seekdata.transforms._compose import Transform
 
