@@ -160,3 +160,41 @@ def test_the_transforms_take_their_streams_from_rng_not_from_the_loaders_interna
     # the orders and training-side streams derive from the key primitive, not the loader
     assert all("seekdata._keys" in graph[n] for n in ("seekdata.order", "seekdata.training"))
     assert all("seekdata._fetch" not in graph[n] for n in ("seekdata.order", "seekdata.training"))
+
+
+# --- the path of one batch ------------------------------------------------------------------
+
+
+def _first_batch_path() -> list[tuple[str, str]]:
+    """(caller file, callee) for every call that enters another seekdata file on the way from
+    iter(loader) to the first batch handed out, its cursor update included (num_workers=0, the
+    loader's own shuffled sampler)."""
+    root = str(pathlib.Path(seekdata.__file__).parent)
+    loader = seekdata.StatefulDataLoader(list(range(64)), batch_size=4, shuffle=True, seed=1)
+    path: list[tuple[str, str]] = []
+
+    def profile(frame, event, arg) -> None:
+        callee = frame.f_code.co_filename
+        caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
+        inside = callee.startswith(root) and caller.startswith(root)
+        if event == "call" and callee != caller and inside:
+            rel = pathlib.Path(callee).relative_to(root).as_posix()
+            path.append((pathlib.Path(caller).relative_to(root).as_posix(), rel))
+
+    sys.setprofile(profile)
+    try:
+        next(iter(loader))
+    finally:
+        sys.setprofile(None)
+    return path
+
+
+def test_one_batch_reaches_the_cursor_in_few_hops_and_only_the_engine_moves_it() -> None:
+    """The control path of a batch (calls into the key primitive and global-RNG seeding are
+    leaves, not counted) stays short: 34 calls entered another file before the plan became a
+    value and the engine the cursor's one writer, 23 after."""
+    path = _first_batch_path()
+    leaves = ("_keys.py", "_globalrng.py")
+    control = [(a, b) for a, b in path if b not in leaves]
+    assert len(control) <= 23, control
+    assert {a for a, b in path if b == "_cursor.py"} == {"_engines/seekable.py"}
