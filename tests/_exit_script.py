@@ -83,15 +83,22 @@ def main() -> None:
                 sys.exit(3)
     elif how in ("killed", "killed-caught"):  # a worker dies (the OOM killer, say)
         it = iter(loader)
+        caught: list[str] = []
         try:
-            for step, batch in enumerate(it):
-                seen(batch)
-                if step == 1:
-                    os.kill(max(set(batch[:, 1].tolist()) - {os.getpid()}), signal.SIGKILL)
-        except Exception as e:  # torch's RuntimeError, or the pipe's ConnectionResetError
+            try:
+                for step, batch in enumerate(it):
+                    seen(batch)
+                    if step == 1:
+                        os.kill(max(set(batch[:, 1].tolist()) - {os.getpid()}), signal.SIGKILL)
+            except Exception as e:  # torch's RuntimeError, or the pipe's ConnectionResetError
+                caught.append(type(e).__name__)
+                if how == "killed":
+                    raise
+        except Exception as e:  # torch's SIGCHLD handler may raise again inside the handling
             if how == "killed":
                 raise
-            print("caught:", type(e).__name__, flush=True)  # the iterator stays alive
+            caught.append(type(e).__name__)
+        print("caught:", caught[0], flush=True)  # the iterator stays alive
     elif how == "sigint":  # iterate until the test's Ctrl-C arrives
         it = iter(loader)
         seen(next(it))
