@@ -208,6 +208,12 @@ def test_refusals_name_the_fix() -> None:
     other = make(N1, grown=[Growth(0, 6, N0)])  # declares another growth than it records
     with pytest.raises(StateMismatchError, match="pass grown= with the checkpoint's growths"):
         other.load_state_dict(recorded)
+    ended = make(N0)
+    list(ended)
+    at_end = make(N1)
+    at_end.load_state_dict(as_json(ended.state_dict()), grow=True)  # grew at epoch 1's start
+    with pytest.raises(ValueError, match="before the dataset grew"):
+        at_end.skip(-1)  # back into epoch 0, cut over 20 items
     kept = make(N1)
     it = iter(kept)
     next(it)

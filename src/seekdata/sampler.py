@@ -236,6 +236,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             epoch, position, _ = P.move(geo, per_epoch, at, batches)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+        self.check_reachable(epoch, where)
         self.cursor.seek(position, epoch)
 
     def indices(self, epoch: int, positions: Any) -> np.ndarray:
@@ -324,6 +325,17 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             return self._over(self.n, seed)
         mixes = self.shuffle and self._order_arg in ("feistel", "torch")  # else: concatenate
         return GrownOrder(lambda size: self._over(size, seed), self.growths, self.n, seed, mixes)
+
+    def check_reachable(self, epoch: int, where: str) -> None:
+        """A move may not land before the epoch where the dataset first grew: the epochs
+        before it were cut over another length."""
+        if self.growths and epoch < self.growths[0].epoch:
+            first = self.growths[0]
+            raise ValueError(
+                f"{where}: the move lands in epoch {epoch}, before the dataset grew (epoch "
+                f"{first.epoch}, from {first.length} items); its epochs before were cut over "
+                f"that length; move back at most to epoch {first.epoch}"
+            )
 
     def fields_then(self, n: int) -> dict[str, Any]:
         """The stream fields a state saved when the dataset had ``n`` items records."""

@@ -179,6 +179,7 @@ class SeekableEngine(KeyedEngine):
             epoch, position, batch = P.move(geo, self.full_len(), self._at(), batches)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+        sampler.check_reachable(epoch, where)
         self.detach_live()
         self.cursor.seek(position, epoch, batch)
 
