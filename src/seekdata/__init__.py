@@ -10,6 +10,7 @@ from seekdata import order as order
 from seekdata import rng as rng
 from seekdata import testing as testing
 from seekdata import transforms as transforms
+from seekdata._growth import Growth
 from seekdata._mixture import Mixture
 from seekdata.loader import StatefulDataLoader
 from seekdata.preemption import PreemptionHandler
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DistributedSampler",
+    "Growth",
     "Mixture",
     "PreemptionHandler",
     "StateMismatchError",

@@ -37,6 +37,8 @@ def local_positions(
     """Rank ``rank``'s global positions (in ``[0, n)``) for its local steps ``k0 <= k < k1``
     of the partition that began at ``start``; positions past ``n`` pad from ``origin``."""
     pos = start + rank + world * np.arange(k0, k1, dtype=np.int64)
+    if origin > start:  # the epoch re-partitioned ahead of start (a dataset that grew there)
+        return np.where(pos < n, pos, origin + (pos - n) % max(n - origin, 1))
     return origin + (pos - origin) % max(n - origin, 1)
 
 

@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from seekdata import _partition as P
+from seekdata._growth import Growth, check_growths
 from seekdata.state import (
     K_BATCH_SIZE,
     K_ENGINE,
     K_EPOCH,
     K_EXHAUSTED,
+    K_GROWN,
+    K_N,
     K_ORIGIN,
     K_POSITION,
     K_WORLD_SIZE,
@@ -24,11 +27,13 @@ from seekdata.state import (
 
 __all__ = [
     "check_geometry",
+    "check_grown",
     "check_iterable",
     "check_replay_world",
     "check_resume_batch",
     "check_saved",
     "global_batch",
+    "growth_at",
 ]
 
 
@@ -199,6 +204,90 @@ def check_resume_batch(framework: int, loader: int | None, where: str) -> None:
             f"accumulation and number of processes as the checkpoint, or pass "
             f"ignore_data_skip=True to restart the epoch"
         )
+
+
+_INSPECT = "`seekdata inspect` of a checkpoint saved after the growth prints them"
+
+
+def _recorded(state: Any, where: str) -> list[list[int]]:
+    grown = state.get(K_GROWN, []) if isinstance(state, Mapping) else []
+    ok = isinstance(grown, list) and all(
+        isinstance(g, list) and len(g) == 3 and all(_is_int(v) and v >= 0 for v in g) for g in grown
+    )
+    if not ok:
+        raise StateMismatchError(
+            f"{where}: state[{K_GROWN!r}] must be a list of [epoch, position, length] ints; "
+            f"got {grown!r}; pass an unmodified state_dict()"
+        )
+    return list(grown)
+
+
+def _next_start(state: Mapping[str, Any], n: int) -> tuple[int, int]:
+    epoch, position = state.get(K_EPOCH), state.get(K_POSITION)
+    if not (_is_int(epoch) and _is_int(position)):
+        return (0, 0)  # check_state words the error
+    ended = position >= n and bool(state.get(K_EXHAUSTED))
+    return (epoch + 1, 0) if ended else (epoch, position)
+
+
+def check_grown(
+    state: Any, growths: tuple[Growth, ...], n: int, where: str
+) -> tuple[int, tuple[Growth, ...]]:
+    """(the dataset length ``state`` was saved with, the growths to adopt), given this
+    loader's declared ``growths`` (``n``: its length now). A checkpoint records the growths
+    before it: a loader that declares none adopts them; one that declares some must declare
+    these first. A checkpoint saved before a declared growth had the length before it, and
+    must stand in that growth's epoch, at or before it."""
+    recorded, ours = _recorded(state, where), [list(g) for g in growths]
+    if not ours and recorded:
+        return n, check_growths(recorded, n, where)
+    if recorded != ours[: len(recorded)]:
+        raise StateMismatchError(
+            f"{where}: the checkpoint's dataset grew at {recorded} ([epoch, position, length "
+            f"before]) but this loader declares {ours}; pass grown= with the checkpoint's "
+            f"growths ({_INSPECT}), or none"
+        )
+    if len(recorded) == len(ours):
+        return n, growths
+    nxt = growths[len(recorded)]
+    at = _next_start(state, state.get(K_N) if _is_int(state.get(K_N)) else nxt.length)
+    if any(g.epoch != at[0] for g in growths[len(recorded) :]) or at[1] > nxt.position:
+        when = "after" if at > (nxt.epoch, nxt.position) else "before the epoch of"
+        raise StateMismatchError(
+            f"{where}: the checkpoint stands at epoch {at[0]}, position {at[1]}, {when} the "
+            f"growth declared at epoch {nxt.epoch}, position {nxt.position}, and does not "
+            f"record it (growths it does not record must all be in its epoch, after its "
+            f"position: the epochs between were cut over another length); resume from a "
+            f"checkpoint saved in epoch {growths[-1].epoch} or after it"
+        )
+    return nxt.length, growths
+
+
+def growth_at(state: Any, growths: tuple[Growth, ...], n: int, where: str) -> tuple[Growth, ...]:
+    """``load_state_dict(state, grow=True)``: the dataset grew since ``state`` was saved, to
+    ``n`` items. The growths (the checkpoint's, then the new one at its cursor); changes
+    nothing."""
+    recorded = _recorded(state, where)
+    old = state.get(K_N) if isinstance(state, Mapping) else None
+    if not _is_int(old) or old < 1:
+        raise StateMismatchError(
+            f"{where}: grow=True reads the dataset's old length from state[{K_N!r}]; got "
+            f"{old!r}; pass an unmodified state_dict() of a seekable loader or sampler"
+        )
+    if old >= n:
+        raise ValueError(
+            f"{where}: grow=True declares that the dataset grew since the checkpoint; it had "
+            f"{old} items then and has {n} now; pass grow=False (a dataset that lost items is "
+            f"another dataset)"
+        )
+    if growths and recorded != [list(g) for g in growths]:
+        raise StateMismatchError(
+            f"{where}: grow=True adds a growth to those the checkpoint records ({recorded}); "
+            f"this loader declares {[list(g) for g in growths]}; declare none with grow=True "
+            f"(the checkpoint carries them)"
+        )
+    epoch, position = _next_start(state, old)
+    return check_growths([*recorded, Growth(epoch, position, old)], n, where)
 
 
 def _is_int(value: Any) -> TypeGuard[int]:

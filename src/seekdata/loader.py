@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -18,6 +18,7 @@ import torch.utils.data
 from seekdata import _device, _frameworks, _globalrng
 from seekdata._engines import Engine, build
 from seekdata._engines.seekable import BatchIndices, SeekableEngine
+from seekdata._growth import Growth
 from seekdata._keys import check_counter, check_int
 from seekdata._seed import default_seed
 from seekdata._torch_api import FORWARDED, FROZEN, check_torch_args
@@ -53,7 +54,10 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     overlaps the steps before; ``"cpu"``: no copy, the same look-ahead; a device this machine
     lacks is a ValueError) and ``device_prefetch`` (batches moved ahead, >= 1; each costs a
     batch of device memory). The cursor counts only batches handed out, never those ahead.
-    ``state_dict()`` is a cursor; ``load_state_dict()``
+    ``grown`` declares how an append-only dataset grew (a list of :class:`seekdata.Growth`,
+    as ``seekdata inspect`` prints them; ``load_state_dict(state, grow=True)`` records a new
+    one): docs/growth.md. ``state_dict()`` is a cursor;
+    ``load_state_dict()``
     is O(1) and accepts another ``num_workers`` or world size. ``snapshot_every_n_steps`` is
     torchdata's: accepted and stored; a cursor is exact at every step whatever its value (it is
     passed on to torchdata for iterable datasets).
@@ -87,6 +91,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         batched_fetch: bool = True,
         device: str | torch.device | None = None,
         device_prefetch: int = 1,
+        grown: Sequence[Growth] | None = None,
     ) -> None:
         where = "StatefulDataLoader"
         reshard = batch_sampler.reshard if isinstance(batch_sampler, BatchIndices) else None
@@ -164,6 +169,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             step_rng=self.step_rng,
             batched_fetch=self.batched_fetch,
             snapshot_every_n_steps=snapshot_every_n_steps,
+            grown=grown,
             options=dict(  # torch's DataLoader arguments every engine passes on unchanged
                 num_workers=num_workers,
                 # device= on CUDA: the engine pins (in torch's pin thread with workers), so the
@@ -333,14 +339,16 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         batches already handed to the caller, never prefetched ones. No IPC."""
         return self._engine.state_dict()
 
-    def load_state_dict(self, state: Any, strict: bool = True) -> None:
+    def load_state_dict(self, state: Any, strict: bool = True, *, grow: bool = False) -> None:
         """Restore the cursor in O(1), validating the whole state before changing anything.
 
         Any ``num_workers``; any world size with a seekable sampler. As in torchdata, it may be
         called while an iterator exists: the next ``iter()`` starts from the loaded state (the
         old iterator stops counting and raises if used). With ``seed=None`` the checkpoint's
-        seed is adopted."""
-        self._engine.load_state_dict(state, strict)
+        seed is adopted. ``grow=True`` declares that the dataset grew (append-only) since the
+        checkpoint: its new items join the current epoch at once, nothing consumed comes back,
+        and every later state records the growth."""
+        self._engine.load_state_dict(state, strict, check_bool(grow, "grow", "load_state_dict"))
         self.seed = self._engine.seed
 
 

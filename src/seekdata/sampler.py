@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from seekdata import _dist
+from seekdata import _dist, _statecheck
 from seekdata import _partition as P
 from seekdata import state as S
 from seekdata._cursor import Cursor
+from seekdata._growth import GrownOrder, Growth, check_growths, first_items, pad_origin
 from seekdata._keys import check_counter, check_int
 from seekdata.order import Order, make_order
 
@@ -102,6 +103,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         drop_last: bool = False,
         *,
         order: Any = "feistel",
+        grown: Any = None,
     ) -> None:
         where = "DistributedSampler"
         self.dataset = dataset
@@ -116,9 +118,8 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
                 f"{where}: {type(dataset).__name__} orders its own positions, so shuffle must be "
                 f"False (shuffling them again loses its per-prefix weight bound); got shuffle=True"
             )
-        self.order: Order = make_order(
-            order, self.n, self.seed, shuffle=self.shuffle, dataset=dataset
-        )
+        self.growths = check_growths(grown, self.n, where)
+        self.order: Order = self._make_order(self.seed)
         self.cursor = Cursor(self.n)
         self._shard(self.num_replicas, self.rank)
         # set by a loader that owns a view of this sampler: (owns it, seed explicit, seed), for
@@ -166,9 +167,8 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     def local_indices(self, epoch: int, start: int, k0: int, k1: int) -> np.ndarray:
         """This rank's dataset indices for its local steps ``k0 <= k < k1`` from ``start``
         (in the cursor's current partition: padding repeats from its origin)."""
-        pos = P.local_positions(
-            self.n, self.num_replicas, self.rank, start, self.cursor.origin, k0, k1
-        )
+        origin = max(self.cursor.origin, pad_origin(self.order, epoch))
+        pos = P.local_positions(self.n, self.num_replicas, self.rank, start, origin, k0, k1)
         return self.order.indices(epoch, pos)
 
     def begin(self) -> tuple[int, int]:
@@ -236,6 +236,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             epoch, position, _ = P.move(geo, per_epoch, at, batches)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+        self.check_reachable(epoch, where)
         self.cursor.seek(position, epoch)
 
     def indices(self, epoch: int, positions: Any) -> np.ndarray:
@@ -266,13 +267,26 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             **self.stream_fields(),
             S.K_WORLD_SIZE: self.num_replicas,
             S.K_ORIGIN: self.cursor.origin_field(now),
+            **self.grown_field(),
         }
 
-    def load_state_dict(self, state: Any, strict: bool = True) -> None:
-        """Restore the cursor in O(1). Any world size; the stream fields must match."""
+    def grown_field(self) -> dict[str, Any]:
+        """The state's record of the dataset's growths (nothing when it never grew)."""
+        return {S.K_GROWN: [list(g) for g in self.growths]} if self.growths else {}
+
+    def load_state_dict(self, state: Any, strict: bool = True, *, grow: bool = False) -> None:
+        """Restore the cursor in O(1). Any world size; the stream fields must match.
+        ``grow=True``: the dataset grew (append-only) since the state was saved."""
         where = "DistributedSampler.load_state_dict"
-        expected = {S.K_KIND: "sampler", **self.stream_fields()}
+        if check_bool(grow, "grow", where):
+            growths = _statecheck.growth_at(state, self.growths, self.n, where)
+            n_then = int(state[S.K_N])
+        else:
+            n_then, growths = _statecheck.check_grown(state, self.growths, self.n, where)
+        expected = {S.K_KIND: "sampler", **self.stream_fields(), **self.fields_then(n_then)}
         self.check_state(state, expected, where, strict)
+        if growths != self.growths:
+            self.grow(growths)
         self.restore(state)
 
     def check_state(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
@@ -298,6 +312,37 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     def reseed(self, seed: int) -> None:
         """Adopt a checkpoint's seed (a loader's own default sampler, when seed= was not given)."""
         self.seed = seed
-        self.order = make_order(
-            self._order_arg, self.n, seed, shuffle=self.shuffle, dataset=self.dataset
-        )
+        self.order = self._make_order(seed)
+
+    def _over(self, size: int, seed: int) -> Order:
+        """The order rule over the first ``size`` items of the dataset."""
+        dataset = first_items(self.dataset, size)
+        return make_order(self._order_arg, size, seed, shuffle=self.shuffle, dataset=dataset)
+
+    def _make_order(self, seed: int) -> Order:
+        """The order over the dataset, across its growths if it grew."""
+        if not self.growths:
+            return self._over(self.n, seed)
+        mixes = self.shuffle and self._order_arg in ("feistel", "torch")  # else: concatenate
+        return GrownOrder(lambda size: self._over(size, seed), self.growths, self.n, seed, mixes)
+
+    def check_reachable(self, epoch: int, where: str) -> None:
+        """A move may not land before the epoch where the dataset first grew: the epochs
+        before it were cut over another length."""
+        if self.growths and epoch < self.growths[0].epoch:
+            first = self.growths[0]
+            raise ValueError(
+                f"{where}: the move lands in epoch {epoch}, before the dataset grew (epoch "
+                f"{first.epoch}, from {first.length} items); its epochs before were cut over "
+                f"that length; move back at most to epoch {first.epoch}"
+            )
+
+    def fields_then(self, n: int) -> dict[str, Any]:
+        """The stream fields a state saved when the dataset had ``n`` items records."""
+        spec = self._over(n, self.seed).spec() if self.shuffle else "sequential"
+        return {S.K_N: n, S.K_ORDER: spec}
+
+    def grow(self, growths: tuple[Growth, ...]) -> None:
+        """Adopt ``growths`` (checked: :func:`seekdata._growth.check_growths`)."""
+        self.growths = growths
+        self.order = self._make_order(self.seed)

@@ -76,6 +76,8 @@ K_ENGINE = "engine"
 #: a :class:`seekdata.Mixture`: sources, weights, seed): a state from another mixture of the
 #: same length is refused instead of continuing another stream. Absent otherwise.
 K_DATASET = "dataset"
+#: growths of the dataset so far, ``[[epoch, position, length before], ...]`` (only if any)
+K_GROWN = "grown"
 
 
 class StateMismatchError(ValueError):
@@ -101,6 +103,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     K_ORIGIN: int,
     K_SKIPS: list,
     K_DATASET: str,
+    K_GROWN: list,
 }
 
 _FIX = {

@@ -72,8 +72,9 @@ class Engine(Protocol):
 
     def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: Any, strict: bool) -> None:
-        """Validate the whole state, then restore it; an iterator from before stops."""
+    def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
+        """Validate the whole state, then restore it; an iterator from before stops.
+        ``grow``: the dataset grew since the state was saved (a seekable sampler only)."""
         ...
 
 
@@ -96,6 +97,7 @@ def build(
     step_rng: bool,
     batched_fetch: bool,
     snapshot_every_n_steps: int | None,
+    grown: Any,
     options: dict[str, Any],
     where: str,
 ) -> tuple[Engine, Callable[[list[Any]], Any]]:
@@ -103,6 +105,12 @@ def build(
     ``IterableDataset``, the seekable path for a seekdata sampler (the loader's own by default),
     the replay path for any other sampler or batch sampler. ``options``: torch's DataLoader
     arguments every engine passes on unchanged."""
+    if grown is not None and not (owns_sampler and sampler is None):
+        raise ValueError(
+            f"{where}: grown= declares the growths of the loader's own sampler; got it with "
+            f"{'a sampler' if sampler is not None else 'a batch_sampler or IterableDataset'}; "
+            f"pass grown= to seekdata.DistributedSampler(dataset, ..., grown=...) instead"
+        )
     if isinstance(dataset, torch.utils.data.IterableDataset):
         if isinstance(dataset, torch.utils.data.IterDataPipe) and shuffle is not None:
             torch.utils.data.graph_settings.apply_shuffle_settings(dataset, shuffle=shuffle)
@@ -121,7 +129,7 @@ def build(
         return engine, collate_fn or torch.utils.data.default_collate
     n = dataset_length(dataset, where)
     if owns_sampler and sampler is None:
-        sampler = DistributedSampler(dataset, 1, 0, shuffle=bool(shuffle), seed=seed)
+        sampler = DistributedSampler(dataset, 1, 0, shuffle=bool(shuffle), seed=seed, grown=grown)
     if collate_fn is None:
         batching = batch_size is not None or batch_sampler is not None
         collate_fn = (

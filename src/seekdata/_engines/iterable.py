@@ -272,10 +272,16 @@ class IterableEngine:
             S.K_ENGINE: engine,
         }
 
-    def load_state_dict(self, state: Any, strict: bool) -> None:
+    def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
         """Validate the whole state (seekdata's fields, then torchdata's nested state against
         this loader's ``num_workers`` and world size), then restore it."""
         where = "StatefulDataLoader.load_state_dict"
+        if grow:
+            raise ValueError(
+                f"{where}: grow=True re-cuts a seekable sampler's epoch; an IterableDataset's "
+                f"stream is its own; declare the growth in the dataset (e.g. a Mixture source: "
+                f"Mixture.changed(..., grown=...))"
+            )
         seed = seed_to_adopt(state, self.seed, explicit=self.seed_explicit, owns_sampler=False)
         expected = {S.K_KIND: "iterable", **self.fields(seed)}
         S.check_state(state, expected, where=where, strict=strict)

@@ -151,6 +151,26 @@ class KeyedEngine:
     def load(self, state: Any, batch: int) -> None:
         raise NotImplementedError
 
+    def growths_for(
+        self, state: Any, grow: bool, where: str
+    ) -> tuple[dict[str, Any], tuple[Any, ...]]:
+        """(the stream fields ``state`` must record where the dataset grew since, the growths
+        to adopt); changes nothing. Only a seekable sampler re-cuts an epoch that grew."""
+        if grow:
+            raise ValueError(
+                f"{where}: grow=True re-cuts the epoch of a seekable sampler; got the sampler "
+                f"{type(self.sampler).__name__}, whose order only replays; build the loader "
+                f"with shuffle= or sampler=seekdata.DistributedSampler(dataset)"
+            )
+        return {}, ()
+
+    def adopt_growths(self, growths: tuple[Any, ...]) -> None:
+        """The dataset's growths, checked by :meth:`growths_for`."""
+
+    def grown_field(self) -> dict[str, Any]:
+        """The state's record of the dataset's growths (nothing when it never grew)."""
+        return {}
+
     def cursor_fields(self, now: Now) -> dict[str, Any]:
         """The cursor's part of the state, from one value of the cursor."""
         return self.cursor.fields(now)
@@ -243,17 +263,19 @@ class KeyedEngine:
             S.K_ORIGIN: self.cursor.origin_field(now),
             **({S.K_SKIPS: [list(p) for p in now.skips]} if now.skips else {}),
             **({S.K_DATASET: sig} if (sig := self.signature()) is not None else {}),
+            **self.grown_field(),
         }
 
-    def load_state_dict(self, state: Any, strict: bool) -> None:
+    def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
         where = "StatefulDataLoader.load_state_dict"
         seed = seed_to_adopt(
             state, self.seed, explicit=self.seed_explicit, owns_sampler=self.owns_sampler
         )
-        expected = {S.K_KIND: "loader", **self.fields(seed)}
+        then, growths = self.growths_for(state, grow, where)  # a dataset that grew: as it was
+        expected = {S.K_KIND: "loader", **self.fields(seed), **then}
         expected[S.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
         if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
-            stream = self.fields(seed)
+            stream = {**self.fields(seed), **then}
             expected = {S.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}
         if self.owns_sampler and not self.seed_explicit:  # the seed to adopt must be one seed
             S.check_one_seed(state, where)
@@ -265,6 +287,7 @@ class KeyedEngine:
         self.detach_live()
         if seed != self.seed:
             self.adopt_seed(seed)
+        self.adopt_growths(growths)
         self.load(state, batch)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from seekdata import _partition as P
 from seekdata._cursor import Now
 from seekdata._fetch import PlannedBatch
+from seekdata._growth import GrownOrder, pad_origin
 
 __all__ = ["Geometry", "Plan", "plan_seekable", "seekable_after", "seekable_batches"]
 
@@ -85,6 +86,8 @@ def plan_seekable(
     rolled = epoch != now.epoch  # the epoch-end rule started the next epoch
     batch0 = now.batch if not rolled and start > 0 else 0
     origin = 0 if rolled else now.origin
+    if isinstance(geo.order, GrownOrder):  # re-partitioned where the dataset grew
+        origin = max(origin, pad_origin(geo.order, epoch))
     span = P.batches(local, batch_size, drop_last)
     holes: list[tuple[int, int]] = []
     if now.skips:  # skipped global steps in this epoch: in-epoch ranges

@@ -87,7 +87,9 @@ class SeekableEngine(KeyedEngine):
         old = self.sampler
         if not self.owns_sampler or dataset_length(self.dataset, WHERE) == old.n:
             return None
-        new = DistributedSampler(self.dataset, 1, 0, shuffle=old.shuffle, seed=old.seed)
+        new = DistributedSampler(
+            self.dataset, 1, 0, shuffle=old.shuffle, seed=old.seed, grown=old.growths or None
+        )
         new.cursor = old.cursor.resized(new.n)
         return new
 
@@ -105,6 +107,23 @@ class SeekableEngine(KeyedEngine):
         # stream is recorded against the sampler (_frameworks.reshard_request reads it)
         _frameworks.remember(sampler, self.owns_sampler, self.seed_explicit, self.seed)
         return BatchIndices(sampler, self.b, self.drop_last, engine=self)
+
+    def growths_for(
+        self, state: Any, grow: bool, where: str
+    ) -> tuple[dict[str, Any], tuple[Any, ...]]:
+        sampler = self.sampler
+        if grow:
+            growths = _statecheck.growth_at(state, sampler.growths, sampler.n, where)
+            return sampler.fields_then(int(state[S.K_N])), growths
+        n_then, growths = _statecheck.check_grown(state, sampler.growths, sampler.n, where)
+        return (sampler.fields_then(n_then) if n_then != sampler.n else {}), growths
+
+    def adopt_growths(self, growths: tuple[Any, ...]) -> None:
+        if growths != self.sampler.growths:
+            self.sampler.grow(growths)
+
+    def grown_field(self) -> dict[str, Any]:
+        return self.sampler.grown_field()
 
     def full_len(self) -> int:
         sampler = self._resized() or self.sampler
@@ -160,6 +179,7 @@ class SeekableEngine(KeyedEngine):
             epoch, position, batch = P.move(geo, self.full_len(), self._at(), batches)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+        sampler.check_reachable(epoch, where)
         self.detach_live()
         self.cursor.seek(position, epoch, batch)
 

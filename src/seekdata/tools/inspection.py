@@ -184,6 +184,7 @@ def describe(keys: Sequence[Key], state: Mapping[str, Any]) -> dict[str, Any]:
         "world_size": state.get(S.K_WORLD_SIZE),
         "fingerprint": fingerprint(state),
         "stream": {key: state.get(key) for key in fields},
+        "grown": state.get(S.K_GROWN, []),
         "problem": problem,
     }
 
@@ -210,6 +211,10 @@ def format_state(d: dict[str, Any]) -> str:
     if d["kind"] == "loader":
         rows += [("step", f"{d['step']} in the epoch (batch size {d['batch_size']})")]
     rows += [("world size", d["world_size"]), ("fingerprint", f"{d['fingerprint']}  ({stream})")]
+    for g in d["grown"] if isinstance(d["grown"], list) else ():
+        if isinstance(g, list) and len(g) == 3:  # declare it for an earlier checkpoint
+            rows.append(("grew", f"from {g[2]} items at epoch {g[0]}, position {g[1]}  "
+                         f"(seekdata.Growth({g[0]}, {g[1]}, {g[2]}))"))  # fmt: skip
     if d["problem"]:
         rows.append(("problem", d["problem"]))
     return "\n".join([d["path"], *(f"  {name + ':':<13}{value}" for name, value in rows)])
