@@ -114,13 +114,18 @@ def test_a_script_with_a_live_loader_ends(
 @pytest.mark.parametrize("dataset", ["map", "iterable"])
 def test_a_script_whose_worker_was_killed_ends(dataset: str, persistent: bool, how: str) -> None:
     """A worker killed by SIGKILL: the loader raises at once (torch's error), and the script
-    ends with that error, or normally when it caught it and kept the iterator."""
+    ends with that error, or normally when it caught it and kept the iterator. torch's SIGCHLD
+    handler reports the dead worker asynchronously, at whatever line runs when the signal
+    lands: a script that caught the first report may get a second one later (its end is then
+    status 1, with torch's message), and under load the report can arrive while the
+    interpreter shuts down (status 1, stderr already gone). What must hold is that it ends."""
     args = ("seekdata", dataset, "2", str(int(persistent)), how)
     status, text, pids = run_script(*args)
     if how == "killed":
-        assert status == 1 and "Traceback" in text, text
+        assert status == 1, text
     else:
-        assert status == 0 and "caught:" in text, text
+        assert "caught:" in text, text
+        assert status == 0 or (status == 1 and "is killed by signal" in text), text
     deadline = time.monotonic() + BOUND
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
