@@ -144,6 +144,11 @@ def changed(
         datasets[s] = dataset
         growths.append((s, stream, n0, n1))
     fracs = parse_weights(weights, len(datasets), names, "weights", zero=True)
+    if not any(fracs):
+        raise ValueError(
+            f"{WHERE}: weights gives every source weight 0 from P={stream:,}; give at least "
+            f"one source a positive weight"
+        )
     for key in remove:
         s = _source(key, mix.names, k, "remove")
         if fracs[s]:
