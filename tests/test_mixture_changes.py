@@ -268,6 +268,13 @@ def test_bad_changes(kwargs: dict[str, Any], error: type, match: str) -> None:
         before().changed(args.pop("at"), args.pop("weights"), **args)
 
 
+def test_a_change_from_a_state_of_another_mixture_is_refused() -> None:
+    state = _state(after(14), 9)
+    with pytest.raises(ValueError, match=r"the state was saved over another mixture .*P=18"):
+        before().changed(state, {"web": 1})
+    assert after(14).changed(state, {"code": 1}).schedule[-1][0] == 18  # the mixture it had
+
+
 def test_a_change_within_a_window_waits_for_its_end() -> None:
     mix = seekdata.Mixture([range(5), range(7)], [3, 1], length=12, window=4)
     with pytest.raises(ValueError, match=r"a change must start at a multiple of 4.*use 8"):

@@ -78,6 +78,15 @@ def stream_position(mix: Mixture, at: Any) -> int:
                 f"was saved with"
             )
         stream = fields[S.K_EPOCH] * mix.length + fields[S.K_POSITION]
+        saved = at.get(S.K_PREFIX, at.get(S.K_DATASET))
+        if at.get(S.K_DATASET) not in (None, mix.stream_signature) and saved not in (
+            None, prefix_signature(mix, stream)
+        ):  # fmt: skip
+            raise ValueError(
+                f"{WHERE}: the state was saved over another mixture ({at.get(S.K_DATASET)}) "
+                f"than this one ({mix.stream_signature}) before its position P={stream:,}; "
+                f"call changed() on the mixture the checkpoint was saved with (with its history)"
+            )
         return -(-stream // window) * window  # the rest of a started window keeps its weights
     if not is_int(at) or isinstance(at, bool):
         raise TypeError(
@@ -266,7 +275,7 @@ def history(mix: Mixture, stream: int | None = None) -> list[dict[str, Any]]:
                 record["added"] = _names(mix, added)
             if removed:
                 record["removed"] = _names(mix, removed)
-            if len(present) <= _LISTED:
+            if len(seg.a) <= _LISTED:
                 record["weights"] = [str(Fraction(x, sum(seg.a))) for x in seg.a]
             spec.append([(k, mix.source_ids[k], _size_before(mix, k, at + 1), seg.a[k])
                          for k in present])  # fmt: skip
