@@ -384,3 +384,14 @@ def test_state_after_ten_changes_stays_small() -> None:
         saved = dl.state_dict()
         assert len(saved["history"]) == 10
         assert len(json.dumps(saved)) <= 4096, (k, len(json.dumps(saved)))
+
+
+def test_the_changes_benchmark_runs_and_its_state_stays_small(tmp_path: pathlib.Path) -> None:
+    """benchmarks/mixture.py --only-schedule writes the rows docs/mixtures.md cites for 10
+    changes (no timing is asserted): the history holds 10 records and the state <= 4 KB."""
+    from tests.test_bench_scripts import script
+
+    script("mixture.py", "--only-schedule", "--quick", "--out", str(tmp_path / "m.json"))
+    rows = json.loads((tmp_path / "mixture_schedule.json").read_text())["changes"]
+    assert [(r["K"], r["changes"]) for r in rows] == [("16 -> 26", 10), ("1000 -> 1010", 10)]
+    assert all(r["locate (us)"] > 0 and r["state (bytes of JSON)"] <= 4096 for r in rows)
