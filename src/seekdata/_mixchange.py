@@ -234,6 +234,13 @@ def prefix_signature(mix: Mixture, stream: int) -> str:
     cut = max(-(-stream // window) * window, 1)
     segments = [seg for seg in mix._schedule.segments if seg.start < cut]
     growths = tuple(g for g in mix._growths if g[1] < cut)
+    key = ("prefix", len(segments), len(growths))  # the same cut: the same signature
+    if key not in mix._memo:
+        mix._memo[key] = _prefix(mix, segments, growths, cut)
+    return str(mix._memo[key])
+
+
+def _prefix(mix: Mixture, segments: list[Any], growths: tuple[Any, ...], cut: int) -> str:
     present = [k for k in range(len(mix.datasets)) if any(seg.a[k] for seg in segments)]
     sizes = [_size_before(mix, k, cut) for k in present]
     ids = [mix.source_ids[k] for k in present]
@@ -255,12 +262,16 @@ def _names(mix: Mixture, ks: Sequence[int]) -> list[Any] | int:
 def history(mix: Mixture, stream: int | None = None) -> list[dict[str, Any]]:
     """One record per change (segment start > 0 or growth) at or before ``stream`` (all if
     None): where, what (added, removed, grown, the weights for K <= 8) and a digest of it."""
+    if "history" not in mix._memo:  # hashing K = 1,000 big weights per change: once
+        mix._memo["history"] = _history(mix)
+    return [r for r in mix._memo["history"] if stream is None or r["at"] <= stream]
+
+
+def _history(mix: Mixture) -> list[dict[str, Any]]:
     segments = {seg.start: j for j, seg in enumerate(mix._schedule.segments) if seg.start}
     ats = sorted({*segments, *(g[1] for g in mix._growths)})
     out = []
     for at in ats:
-        if stream is not None and at > stream:
-            break
         record: dict[str, Any] = {
             "at": at, "epoch": at // mix.length, "position": at % mix.length,
         }  # fmt: skip

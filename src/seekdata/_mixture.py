@@ -92,12 +92,17 @@ class Mixture(torch.utils.data.Dataset):
         exact weights (the whole schedule, if there is one), seed, order, window and length
         (hashed: K = 1,000 weights are long). A state saved over another mixture is refused at
         ``load_state_dict``. Without a schedule it is what it was before schedules existed."""
+        if "signature" in self._memo:  # K = 1,000 big weights a segment: hashed once
+            return str(self._memo["signature"])
         weights: Any = self._schedule.spec() if self._scheduled else self._a
         grew = (tuple(self._growths),) if self._growths else ()  # (source, at, n0, n1) each
         spec = repr((self.sizes, self.source_ids, weights, self.seed, self.order, self.window,
                      self.length, self.reseed_global_rng, *grew))  # fmt: skip
         digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
-        return f"Mixture(K={len(self.datasets)}, length={self.length}, seed={self.seed}, {digest})"
+        self._memo["signature"] = (
+            f"Mixture(K={len(self.datasets)}, length={self.length}, seed={self.seed}, {digest})"
+        )
+        return str(self._memo["signature"])
 
     @property
     def reseeds_global_rng_itself(self) -> bool:
@@ -187,10 +192,12 @@ class Mixture(torch.utils.data.Dataset):
         self.epoch = 0
         self._growths: list[tuple[int, int, int, int]] = []  # (source, at, n0, n1): changed()
         self._lengths: dict[int, SourceLengths] = {}  # the sources that grew: their epochs
+        self._memo: dict[Any, Any] = {}  # prefix signatures and history records, made once
 
     def _grow(self, growths: list[tuple[int, int, int, int]]) -> None:
         """Install the growths ``(source, at, n0, n1)`` (by :meth:`changed`)."""
         self._growths = sorted(growths, key=lambda g: (g[1], g[0]))
+        self._memo.clear()
         for k in sorted({g[0] for g in growths}):
             first = next(g[2] for g in self._growths if g[0] == k)  # its length before
             kind = self.order
