@@ -133,9 +133,21 @@ class SourceLengths:
         return _at(regime.order, epoch, x)
 
 
-def growth_counts(
-    growths: Sequence[tuple[int, int, int, int]], k: int, counts_at: Callable[[int], list[int]]
-) -> list[tuple[int, int]]:
-    """(items source ``k`` delivered when it grew, new length) for each of its growths, from
-    the records ``(source, at, n0, n1)`` and the mixture's counts at a stream position."""
-    return [(counts_at(at)[k], n1) for source, at, _, n1 in growths if source == k]
+def grown_sources(
+    growths: Sequence[tuple[int, int, int, int]],
+    order: str,
+    datasets: Sequence[Any],
+    seeds: Sequence[int],
+    counts_at: Callable[[int], list[int]],
+) -> dict[int, SourceLengths]:
+    """The regimes of each source that grew, from the growth records ``(source, at, n0, n1)``
+    (sorted by ``at``) and the mixture's counts at a stream position (what it had delivered)."""
+    out = {}
+    for k in sorted({g[0] for g in growths}):
+        mine = [g for g in growths if g[0] == k]
+        kind = order
+        if kind == "shards" and getattr(datasets[k], "shard_sizes", None) is None:
+            kind = "feistel"  # as the mixture's own order for a source without shards
+        counts = [(counts_at(at)[k], n1) for _, at, _, n1 in mine]
+        out[k] = SourceLengths(mine[0][2], seeds[k], kind, datasets[k], counts)
+    return out

@@ -16,7 +16,9 @@ tables:
 2. **Which sample.** Source k walks its own epochs: ``source_epoch = q // n_k``, and the sample
    is ``order_k(source_epoch, q % n_k)``, a seekable order (Feistel, or the shard-local order
    for tar shards) keyed by the source's seed. A small source repeats, reshuffled each time; a
-   large one simply continues in the next mixture epoch.
+   large one simply continues in the next mixture epoch. A source that grew
+   (:meth:`Mixture.changed` with ``grown=``) walks epochs whose length changes where it grew
+   (:mod:`seekdata._mixgrowth`).
 3. **Its randomness.** The sample is fetched under the key (source seed, source epoch, index),
    where the source seed is hashed from (seed, source id): global RNG and
    :func:`seekdata.sample_rng` see the same numbers whatever else is in the mixture.
@@ -39,7 +41,7 @@ import torch.utils.data
 
 from seekdata import _globalrng, _mixchange, _sample, rng
 from seekdata._keys import check_counter, is_int, sample_seeds
-from seekdata._mixgrowth import SourceLengths, growth_counts
+from seekdata._mixgrowth import SourceLengths, grown_sources
 from seekdata._schedule import Schedule, integer_weights, parse_schedule, parse_weights
 from seekdata.order import Feistel, Order, feistel_index, make_order
 
@@ -81,6 +83,7 @@ class Mixture(torch.utils.data.Dataset):
     The mixture shuffles itself: iterate it in sequential order (``StatefulDataLoader``'s
     default, or ``DistributedSampler(mixture, shuffle=False)``); ``shuffle=True`` raises.
     Inside a seekdata loader the mixture epoch is the loader's; elsewhere, :meth:`set_epoch`.
+    To change weights or sources when a run resumes, :meth:`changed`.
     """
 
     #: Read by :class:`seekdata.DistributedSampler`: shuffling positions again is refused.
@@ -198,15 +201,8 @@ class Mixture(torch.utils.data.Dataset):
         """Install the growths ``(source, at, n0, n1)`` (by :meth:`changed`)."""
         self._growths = sorted(growths, key=lambda g: (g[1], g[0]))
         self._memo.clear()
-        for k in sorted({g[0] for g in growths}):
-            first = next(g[2] for g in self._growths if g[0] == k)  # its length before
-            kind = self.order
-            if kind == "shards" and getattr(self.datasets[k], "shard_sizes", None) is None:
-                kind = "feistel"
-            counts = growth_counts(self._growths, k, self._schedule.counts)
-            self._lengths[k] = SourceLengths(
-                first, self.source_seeds[k], kind, self.datasets[k], counts
-            )
+        self._lengths = grown_sources(self._growths, self.order, self.datasets,
+                                      self.source_seeds, self._schedule.counts)  # fmt: skip
 
     # --- changes decided at resume ----------------------------------------------------------------
 
