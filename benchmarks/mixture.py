@@ -18,6 +18,10 @@
   per segment, 10 % of the sources absent from every third), K = 16 and 1,000, p = 1e6 ...
   1e12 (target: <= 50 us at 1e12 with K = 1,000); the build time, the memory, and the size of
   a loader's JSON state over it. ``--only-schedule`` runs this table alone.
+- changes: a mixture changed at resume 10 times with ``Mixture.changed`` (each change new
+  Zipf weights, one source added, one removed, one grown), K = 16 and 1,000 to start:
+  ``locate(p)`` at p = 1e12 after every change, and the loader's JSON state there, with its
+  history of 10 changes (target: <= 4 KB). Printed and written with the schedule table.
 """
 
 from __future__ import annotations
@@ -156,6 +160,49 @@ def schedule_rows(quick: bool) -> list[dict[str, Any]]:
                     "state (bytes of JSON)": state,
                 }
             )
+    return rows
+
+
+def changed(k: int, changes: int = 10, every: int = 10**11) -> seekdata.Mixture:
+    """K sources changed ``changes`` times, at every ``every`` positions: Zipf weights
+    shuffled over the sources then, source c - 1 removed, a source added, source c grown."""
+    r = random.Random(1)
+    mix = seekdata.Mixture([range(1000)] * k, zipf(k), length=2 * 10**12)
+    for c in range(1, changes + 1):
+        weights: list[Fraction | int] = list(zipf(len(mix.datasets) + 1))
+        r.shuffle(weights)
+        weights[c - 1] = 0
+        mix = mix.changed(c * every, weights, add=[range(500)], remove=[c - 1],
+                          grown={c: range(len(mix.datasets[c]) + 200)})  # fmt: skip
+    return mix
+
+
+def change_rows(quick: bool) -> list[dict[str, Any]]:
+    rows = []
+    for k in (16, 1000):
+        t0 = time.perf_counter()
+        mix = changed(k)
+        built = time.perf_counter() - t0
+        p = 10**12  # after every change (the last is at 1e12)
+        per = [
+            H.best_of(lambda q=p + j, m=mix: m.locate(q), repeat=3)
+            for j in range(5 if quick else 20)
+        ]
+        loader = seekdata.StatefulDataLoader(mix, batch_size=32)
+        state = loader.state_dict()
+        state.update(position=p, step=p // 32)  # the cursor after every change
+        loader.load_state_dict(state)
+        saved = loader.state_dict()
+        rows.append(
+            {
+                "K": f"{k} -> {len(mix.datasets)}",
+                "changes": len(saved["history"]),
+                "p": "1e12",
+                "locate (us)": 1e6 * statistics.median(per),
+                "build (ms)": 1e3 * built,
+                "state (bytes of JSON)": len(json.dumps(saved)),
+            }
+        )
     return rows
 
 
@@ -315,11 +362,16 @@ def main() -> None:
     workers = tuple(int(w) for w in args.workers.split(","))
     schedule_columns = ["K", "segments", "p", "locate (us)", "build (ms)", "retained (KB)",
                         "state (bytes of JSON)"]  # fmt: skip
+    change_columns = ["K", "changes", "p", "locate (us)", "build (ms)", "state (bytes of JSON)"]
     if args.only_schedule:
         with H.quiet():
             schedule = schedule_rows(args.quick)
+            changes = change_rows(args.quick)
         print(H.table(schedule, schedule_columns))
-        H.write(args.out.with_name("mixture_schedule.json"), "mixture", None, schedule=schedule)
+        print()
+        print(H.table(changes, change_columns))
+        H.write(args.out.with_name("mixture_schedule.json"), "mixture", None, schedule=schedule,
+                changes=changes)  # fmt: skip
         return
     if args.only_throughput:
         with H.quiet():
@@ -334,6 +386,7 @@ def main() -> None:
         throughput = throughput_rows(args.quick, workers)
         discrepancy, curves = discrepancy_rows(args.quick)
         schedule = schedule_rows(args.quick)
+        changes = change_rows(args.quick)
     print(
         H.table(
             seek,
@@ -348,6 +401,8 @@ def main() -> None:
     print(H.table(discrepancy, list(discrepancy[0])))
     print()
     print(H.table(schedule, schedule_columns))
+    print()
+    print(H.table(changes, change_columns))
     H.write(
         args.out,
         "mixture",
@@ -357,6 +412,7 @@ def main() -> None:
         throughput=throughput,
         discrepancy=discrepancy,
         schedule=schedule,
+        changes=changes,
     )
     plot(args.out, seek, curves)
 

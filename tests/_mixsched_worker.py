@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -45,18 +47,19 @@ def mixture() -> seekdata.Mixture:
     return seekdata.Mixture(sources, schedule=SCHEDULE, length=LENGTH, seed=6)
 
 
-def main() -> None:
+def main(make: Callable[[str, Any], seekdata.Mixture] = lambda mode, saved: mixture()) -> None:
+    """``make(mode, saved checkpoint or None)``: the mixture this rank iterates."""
     mode, batch, steps, out, ckpt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:6]
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    mix = mixture()
+    saved = seekdata.checkpoint.load_on_every_rank(ckpt) if mode == "resume" else None
+    mix = make(mode, saved)
     sampler = seekdata.DistributedSampler(mix, world, rank, shuffle=False)
     loader = seekdata.StatefulDataLoader(
         mix, batch_size=batch, sampler=sampler, seed=2, collate_fn=list
     )
     step = 0
-    if mode == "resume":
-        saved = seekdata.checkpoint.load_on_every_rank(ckpt)
+    if saved is not None:
         loader.load_state_dict(saved["loader"])  # another world size: the same global batch
         step = saved["step"]
     records = []

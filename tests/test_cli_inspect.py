@@ -327,3 +327,36 @@ def test_a_state_whose_fields_nest_without_limit_is_a_clear_error(
     assert inspection.main([str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"seekdata inspect: error: {path} must nest its state data less deeply")
+
+
+def test_a_changed_mixture_shows_its_history(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A state over a mixture that changed: one line per change (where, what, digest), the
+    calls that rebuild it; --json carries the state's history and prefix verbatim."""
+    web, code = range(5), range(7)
+    mix = seekdata.Mixture({"web": web, "code": code}, [3, 1], length=10, seed=3).changed(
+        4, {"code": 1, "books": 1}, add={"books": range(3)}, remove=["web"]
+    )
+    mix = mix.changed(12, [0, 1, 1], grown={"code": range(9)})
+    loader = seekdata.StatefulDataLoader(mix, batch_size=2)
+    loader.set_epoch(1)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    path = tmp_path / "ckpt.json"
+    path.write_text(json.dumps({"loader": state}))
+    assert inspect(str(path)) == 0
+    out = capsys.readouterr().out
+    digests = [r["digest"][:8] for r in state["history"]]
+    assert out.splitlines()[-4:] == [
+        f"  mixture:     {mix.stream_signature}",
+        f"  history:     P=4   (epoch 0, 4)  + books; - web; weights 0 1/2 1/2  {digests[0]}",
+        f"               P=12  (epoch 1, 2)  code grew 7 -> 9; weights 0 1/2 1/2  {digests[1]}",
+        "               to resume: mix.changed(4, ...).changed(12, ...), or an equal schedule= "
+        "(docs/mixtures.md)",
+    ]
+    assert inspect(str(path), "--json") == 0
+    report = json.loads(capsys.readouterr().out)["states"][0]
+    assert report["history"] == state["history"] and report["prefix"] == state["prefix"]
+    assert report["dataset"] == state["dataset"] == mix.stream_signature

@@ -16,7 +16,9 @@ tables:
 2. **Which sample.** Source k walks its own epochs: ``source_epoch = q // n_k``, and the sample
    is ``order_k(source_epoch, q % n_k)``, a seekable order (Feistel, or the shard-local order
    for tar shards) keyed by the source's seed. A small source repeats, reshuffled each time; a
-   large one simply continues in the next mixture epoch.
+   large one simply continues in the next mixture epoch. A source that grew
+   (:meth:`Mixture.changed` with ``grown=``) walks epochs whose length changes where it grew
+   (:mod:`seekdata._mixgrowth`).
 3. **Its randomness.** The sample is fetched under the key (source seed, source epoch, index),
    where the source seed is hashed from (seed, source id): global RNG and
    :func:`seekdata.sample_rng` see the same numbers whatever else is in the mixture.
@@ -37,8 +39,9 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from seekdata import _globalrng, _sample, rng
+from seekdata import _globalrng, _mixchange, _sample, rng
 from seekdata._keys import check_counter, is_int, sample_seeds
+from seekdata._mixgrowth import SourceLengths, grown_sources
 from seekdata._schedule import Schedule, integer_weights, parse_schedule, parse_weights
 from seekdata.order import Feistel, Order, feistel_index, make_order
 
@@ -80,6 +83,7 @@ class Mixture(torch.utils.data.Dataset):
     The mixture shuffles itself: iterate it in sequential order (``StatefulDataLoader``'s
     default, or ``DistributedSampler(mixture, shuffle=False)``); ``shuffle=True`` raises.
     Inside a seekdata loader the mixture epoch is the loader's; elsewhere, :meth:`set_epoch`.
+    To change weights or sources when a run resumes, :meth:`changed`.
     """
 
     #: Read by :class:`seekdata.DistributedSampler`: shuffling positions again is refused.
@@ -91,11 +95,17 @@ class Mixture(torch.utils.data.Dataset):
         exact weights (the whole schedule, if there is one), seed, order, window and length
         (hashed: K = 1,000 weights are long). A state saved over another mixture is refused at
         ``load_state_dict``. Without a schedule it is what it was before schedules existed."""
+        if "signature" in self._memo:  # K = 1,000 big weights a segment: hashed once
+            return str(self._memo["signature"])
         weights: Any = self._schedule.spec() if self._scheduled else self._a
+        grew = (tuple(self._growths),) if self._growths else ()  # (source, at, n0, n1) each
         spec = repr((self.sizes, self.source_ids, weights, self.seed, self.order, self.window,
-                     self.length, self.reseed_global_rng))  # fmt: skip
+                     self.length, self.reseed_global_rng, *grew))  # fmt: skip
         digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
-        return f"Mixture(K={len(self.datasets)}, length={self.length}, seed={self.seed}, {digest})"
+        self._memo["signature"] = (
+            f"Mixture(K={len(self.datasets)}, length={self.length}, seed={self.seed}, {digest})"
+        )
+        return str(self._memo["signature"])
 
     @property
     def reseeds_global_rng_itself(self) -> bool:
@@ -183,6 +193,69 @@ class Mixture(torch.utils.data.Dataset):
         self._orders = [self._make_order(k) for k in range(len(self.datasets))]
         self._window_seed = rng.derive_key(self.seed, _MIX_TAG, _WINDOW_TAG, words=1)[0]
         self.epoch = 0
+        self._growths: list[tuple[int, int, int, int]] = []  # (source, at, n0, n1): changed()
+        self._lengths: dict[int, SourceLengths] = {}  # the sources that grew: their epochs
+        self._memo: dict[Any, Any] = {}  # prefix signatures and history records, made once
+
+    def _grow(self, growths: list[tuple[int, int, int, int]]) -> None:
+        """Install the growths ``(source, at, n0, n1)`` (by :meth:`changed`)."""
+        self._growths = sorted(growths, key=lambda g: (g[1], g[0]))
+        self._memo.clear()
+        self._lengths = grown_sources(self._growths, self.order, self.datasets,
+                                      self.source_seeds, self._schedule.counts)  # fmt: skip
+
+    # --- changes decided at resume ----------------------------------------------------------------
+
+    def changed(
+        self,
+        at: int | Mapping[str, Any],
+        weights: Sequence[Any] | Mapping[Any, Any],
+        *,
+        add: Mapping[str, Any] | Sequence[Any] | None = None,
+        remove: Sequence[Any] = (),
+        grown: Mapping[Any, Any] | None = None,
+        length: int | None = None,
+    ) -> Mixture:
+        """This mixture until stream position ``at``, changed from there on (a new mixture;
+        this one is untouched). Resume a checkpoint saved with this mixture into the result:
+        every source present in both continues exactly where it was.
+
+        Args:
+            at: the change's stream position (``epoch * len(mix) + p``; a multiple of the
+                window), or the loader/sampler state to resume: its position, rounded up to
+                the window. Write the position into your config (``result.schedule[-1][0]``):
+                rebuilding ``mix.changed(that_int, ...)`` makes any checkpoint, earlier or
+                later, resume into the same stream.
+            weights: the weights from ``at`` on over the new source list (a list, or a dict
+                by name or index: a source left out gets 0).
+            add: new sources, appended (``{name: dataset}``; a list for unnamed sources):
+                weight 0 before ``at``, so they start at their beginning; new ids
+                ``max(source_ids) + 1, ...``.
+            remove: sources that get weight 0 from ``at`` on (they keep their slot; their
+                counts freeze). Pass :meth:`gone` as the dataset of a source that must no
+                longer be read.
+            grown: ``{name: dataset}``: a source that grew, append-only (its first items
+                unchanged). The new items join its current source epoch at once.
+            length: not supported (a new mixture epoch length): leave unset.
+        """
+        return _mixchange.changed(self, at, weights, add, remove, grown, length)
+
+    @staticmethod
+    def gone(length: int) -> Any:
+        """A placeholder for a removed source that must not be read: ``length`` items (the
+        source's length), enough to route and to sign; fetching one raises."""
+        return _mixchange.Gone(length)
+
+    def prefix_signature(self, position: int) -> str:
+        """The signature of the stream before stream position ``position`` (rounded up to
+        the window): a loader accepts a state saved at ``position`` from any mixture whose
+        prefix signature there is the same (it agrees on everything consumed)."""
+        stream = check_counter(position, "position", "Mixture.prefix_signature")
+        return _mixchange.prefix_signature(self, stream)
+
+    def _stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
+        """Read by the loader: the state keys of a mixture with changes, at its cursor."""
+        return _mixchange.records(self, epoch, position, always)
 
     def _make_order(self, k: int) -> Order:
         n, seed, ds = self.sizes[k], self.source_seeds[k], self.datasets[k]
@@ -232,6 +305,8 @@ class Mixture(torch.utils.data.Dataset):
         one). ``position`` may pass ``len(self)``: it then continues into later epochs."""
         stream = self._stream_position(position, epoch, "Mixture.locate")
         k, q = self._schedule.locate(self._shuffled(stream))
+        if k in self._lengths:  # a source that grew: its epochs change length
+            return k, *self._lengths[k].locate(q)
         n = self.sizes[k]
         source_epoch = q // n
         order = self._orders[k]
@@ -271,6 +346,13 @@ class Mixture(torch.utils.data.Dataset):
         fetch = _sample.current
         in_fetch = fetch.now[_sample.INDEX] != -1  # a seekdata loader fetches: its epoch is ours
         k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
+        if isinstance(self.datasets[k], _mixchange.Gone):
+            name = repr(self.names[k]) if self.names is not None else str(k)
+            raise RuntimeError(
+                f"Mixture: source {name} is Mixture.gone (removed): it cannot be fetched, but "
+                f"position {position} of epoch {self.epoch if not in_fetch else fetch.epoch} "
+                f"reads it; resume from a checkpoint saved after its removal, or pass its dataset"
+            )
         seed = self.source_seeds[k]
         seeds = sample_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
         # in the main process outside a loader, put the caller's global RNG back afterwards;

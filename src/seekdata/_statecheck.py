@@ -17,11 +17,14 @@ from seekdata.state import (
     K_EPOCH,
     K_EXHAUSTED,
     K_GROWN,
+    K_HISTORY,
     K_N,
     K_ORIGIN,
     K_POSITION,
+    K_PREFIX,
     K_WORLD_SIZE,
     StateMismatchError,
+    check_dataset,
     warn_caller,
 )
 
@@ -29,9 +32,11 @@ __all__ = [
     "check_geometry",
     "check_grown",
     "check_iterable",
+    "check_mixture",
     "check_replay_world",
     "check_resume_batch",
     "check_saved",
+    "describe_change",
     "global_batch",
     "growth_at",
 ]
@@ -296,3 +301,78 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 def _ranks(world: int) -> str:
     return f"{world} rank" if world == 1 else f"{world} ranks"
+
+
+def check_mixture(
+    state: Mapping[str, Any],
+    here: str | None,
+    prefix: str,
+    history: list[dict[str, Any]],
+    dataset: type,
+    where: str,
+    strict: bool,
+) -> None:
+    """A loader state over a mixture with changes: accepted when the stream is the same
+    (``here``, the mixture's ``stream_signature``) or when this mixture agrees on the stream
+    consumed (``prefix``, its prefix signature at the state's position; ``history``, its
+    change records up to there). Else refused naming the first change that differs."""
+    old = state.get(K_PREFIX, state.get("dataset"))
+    if state.get("dataset") == here or old == prefix:
+        return
+    saved = state.get(K_HISTORY, [])
+    detail = ""
+    if isinstance(saved, list):
+        for i in range(max(len(saved), len(history))):
+            a = saved[i] if i < len(saved) and isinstance(saved[i], Mapping) else None
+            b = history[i] if i < len(history) else None
+            if a is not None and b is not None and a.get("digest") == b.get("digest"):
+                continue
+            if a is not None and b is not None and a.get("at") == b.get("at"):
+                detail = (
+                    f"; the checkpoint changed at P={_num(a.get('at'))} ({describe_change(a)}), "
+                    f"this mixture changes there ({describe_change(b)})"
+                )
+            elif a is not None and (b is None or _before(a, b)):
+                detail = (
+                    f"; the checkpoint changed at P={_num(a.get('at'))} ({describe_change(a)}), "
+                    f"this mixture has no change there: build it with the same history "
+                    f"(mix.changed({_num(a.get('at'), '_')}, ...))"
+                )
+            elif b is not None:
+                detail = (
+                    f"; this mixture changes at P={_num(b.get('at'))} ({describe_change(b)}), "
+                    f"before the checkpoint's position, where the checkpoint has no change"
+                )
+            break
+    check_dataset(state, here, dataset, where, strict, detail)
+
+
+def _before(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    at_a, at_b = a.get("at"), b.get("at")
+    return _is_int(at_a) and _is_int(at_b) and at_a < at_b
+
+
+def _num(value: Any, sep: str = ",") -> str:
+    return f"{value:,}".replace(",", sep) if _is_int(value) else repr(value)
+
+
+def describe_change(record: Mapping[str, Any]) -> str:
+    """One change record of a state's ``history``, for people: ``+ books; - web; code grew
+    1,000 -> 1,200; weights 1/2 3/10 1/5``."""
+    parts = []
+    for key, sign in (("added", "+"), ("removed", "-")):
+        names = record.get(key)
+        if isinstance(names, list):
+            parts.append(f"{sign} {', '.join(map(str, names))}")
+        elif names is not None:
+            parts.append(f"{sign} {names} sources")
+    grown = record.get("grown")
+    if isinstance(grown, Mapping):
+        parts += [f"{name} grew {_num(n[0])} -> {_num(n[1])}" for name, n in grown.items()
+                  if isinstance(n, list) and len(n) == 2]  # fmt: skip
+    elif grown is not None:
+        parts.append(f"{grown} sources grew")
+    weights = record.get("weights")
+    if isinstance(weights, list):
+        parts.append(f"weights {' '.join(map(str, weights))}")
+    return "; ".join(parts) or "weights changed"

@@ -78,6 +78,14 @@ K_ENGINE = "engine"
 K_DATASET = "dataset"
 #: growths of the dataset so far, ``[[epoch, position, length before], ...]`` (only if any)
 K_GROWN = "grown"
+#: Loader only, written over a mixture with changes (a schedule, or ``Mixture.changed``): the
+#: signature of the stream consumed so far (``Mixture.prefix_signature``). A mixture that agrees
+#: on that prefix (one changed after the cursor) accepts the state. Absent otherwise.
+K_PREFIX = "prefix"
+#: Loader only, written with :data:`K_PREFIX` once a change took effect: one record per change
+#: (``at``, ``epoch``, ``position``, ``digest``, and ``added``/``removed``/``grown``/``weights``
+#: where they apply), for error messages and ``seekdata inspect``. Absent otherwise.
+K_HISTORY = "history"
 
 
 class StateMismatchError(ValueError):
@@ -104,6 +112,8 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     K_SKIPS: list,
     K_DATASET: str,
     K_GROWN: list,
+    K_PREFIX: str,
+    K_HISTORY: list,
 }
 
 _FIX = {
@@ -242,12 +252,17 @@ def check_state(
 
 
 def check_dataset(
-    state: Mapping[str, Any], here: str | None, dataset: type, where: str, strict: bool
+    state: Mapping[str, Any],
+    here: str | None,
+    dataset: type,
+    where: str,
+    strict: bool,
+    detail: str = "",
 ) -> None:
     """A loader state's dataset signature (:data:`K_DATASET`) against this loader's dataset's
     ``stream_signature`` (``here``; None for a dataset without one), both ways: a state saved
     over a dataset with its own stream loads only into that stream, and a dataset with its own
-    stream takes only a state saved over it."""
+    stream takes only a state saved over it. ``detail``: how the two differ, if known."""
     old = state.get(K_DATASET)
     if old == here:
         return
@@ -263,7 +278,7 @@ def check_dataset(
             f"dataset of the same length), or edited"
         )
     else:
-        problem = f"{K_DATASET} is {old!r} in the checkpoint but {here!r} here"
+        problem = f"{K_DATASET} is {old!r} in the checkpoint but {here!r} here{detail}"
     if strict:
         raise StateMismatchError(f"{where}: {problem}; {_FIX[K_DATASET]}")
     warn_caller(f"{where}: {problem}; continuing (strict=False): {_CONTINUES[K_DATASET]}")

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch.utils.data
 
+from seekdata import _statecheck as C
 from seekdata import preemption, rng
 from seekdata import state as S
 from seekdata._cursor import Cursor, Now
@@ -264,7 +265,14 @@ class KeyedEngine:
             **({S.K_SKIPS: [list(p) for p in now.skips]} if now.skips else {}),
             **({S.K_DATASET: sig} if (sig := self.signature()) is not None else {}),
             **self.grown_field(),
+            **self.stream_records(now.epoch, now.position),
         }
+
+    def stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
+        """A :class:`seekdata.Mixture`'s record of its changes at the cursor (prefix, history):
+        written only for a mixture with changes (``always``: for the check at load)."""
+        records = getattr(self.keyed.dataset, "_stream_records", None)
+        return records(epoch, position, always) if callable(records) else {}
 
     def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
         where = "StatefulDataLoader.load_state_dict"
@@ -281,7 +289,13 @@ class KeyedEngine:
             S.check_one_seed(state, where)
         self.check(state, expected, where, strict)
         if state[S.K_KIND] == "loader":  # a Mixture's (or token corpus's) own stream: the same?
-            S.check_dataset(state, self.signature(), type(self.keyed.dataset), where, strict)
+            here = self.stream_records(state[S.K_EPOCH], state[S.K_POSITION], always=True)
+            if here:  # a mixture: a state that agrees on the stream consumed is accepted
+                C.check_mixture(state, self.signature(), here[S.K_PREFIX],
+                                here.get(S.K_HISTORY, []), type(self.keyed.dataset), where,
+                                strict)  # fmt: skip
+            else:
+                S.check_dataset(state, self.signature(), type(self.keyed.dataset), where, strict)
         batch = S.check_step(state, self.max_step(state), where)
         # everything is valid: only now change the engine
         self.detach_live()

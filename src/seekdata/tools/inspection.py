@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from seekdata import state as S
+from seekdata._statecheck import describe_change
 from seekdata.tools import _command
 from seekdata.tools._readckpt import read_checkpoint, some, too_deep
 
@@ -186,6 +187,8 @@ def describe(keys: Sequence[Key], state: Mapping[str, Any]) -> dict[str, Any]:
         "stream": {key: state.get(key) for key in fields},
         "grown": state.get(S.K_GROWN, []),
         "problem": problem,
+        # a Mixture's signature and, once it changed, its record of the changes: verbatim
+        **{key: state[key] for key in (S.K_DATASET, S.K_PREFIX, S.K_HISTORY) if key in state},
     }
 
 
@@ -215,9 +218,29 @@ def format_state(d: dict[str, Any]) -> str:
         if isinstance(g, list) and len(g) == 3:  # declare it for an earlier checkpoint
             rows.append(("grew", f"from {g[2]} items at epoch {g[0]}, position {g[1]}  "
                          f"(seekdata.Growth({g[0]}, {g[1]}, {g[2]}))"))  # fmt: skip
+    if S.K_DATASET in d:
+        rows.append(("mixture", d[S.K_DATASET]))
+    history = d.get(S.K_HISTORY)
+    if isinstance(history, list) and history:
+        rows.append(("history", _history_text(history)))
     if d["problem"]:
         rows.append(("problem", d["problem"]))
     return "\n".join([d["path"], *(f"  {name + ':':<13}{value}" for name, value in rows)])
+
+
+def _history_text(history: list[Any]) -> str:
+    """A mixture's changes, one a line, and the calls that rebuild it (docs/mixtures.md)."""
+    records = [r for r in history if isinstance(r, Mapping)]
+    ats = [f"P={r['at']:,}" if isinstance(r.get("at"), int) else "P=?" for r in records]
+    wheres = [f"(epoch {r.get('epoch')}, {r.get('position')})" for r in records]
+    wide = (max(map(len, ats)), max(map(len, wheres)))
+    lines = [
+        f"{at:<{wide[0]}}  {where:<{wide[1]}}  {describe_change(r)}  {str(r.get('digest'))[:8]}"
+        for at, where, r in zip(ats, wheres, records, strict=True)
+    ]
+    calls = ".".join(f"changed({r['at']:_}, ...)" for r in records if isinstance(r.get("at"), int))
+    lines.append(f"to resume: mix.{calls}, or an equal schedule= (docs/mixtures.md)")
+    return f"\n{'':15}".join(lines)
 
 
 # --- the command ----------------------------------------------------------------------------
