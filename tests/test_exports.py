@@ -198,3 +198,24 @@ def test_one_batch_reaches_the_cursor_in_few_hops_and_only_the_engine_moves_it()
     control = [(a, b) for a, b in path if b not in leaves]
     assert len(control) <= 23, control
     assert {a for a, b in path if b == "_cursor.py"} == {"_engines/seekable.py"}
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    """Private modules (``seekdata._keys``) are imported by name; a private name inside one
+    (``_source``, ``_adopt``) is that module's own: another module that needs it gets a
+    public name for it."""
+    root = pathlib.Path(seekdata.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("seekdata"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                # "from seekdata import _keys" imports a module: allowed
+                modules = [n for n in private if (root / f"{n}.py").exists() or (root / n).is_dir()]
+                if node.module == "seekdata":
+                    private = [n for n in private if n not in modules]
+                elif node.module.count(".") >= 1:
+                    base = root.joinpath(*node.module.split(".")[1:])
+                    private = [n for n in private if not (base / f"{n}.py").exists()]
+                found += [f"{path.relative_to(root)}: {node.module}.{n}" for n in private]
+    assert found == []

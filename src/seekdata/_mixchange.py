@@ -22,7 +22,7 @@ from typing import Any
 
 from seekdata import state as S
 from seekdata._keys import check_counter, is_int
-from seekdata._schedule import _source, integer_weights, parse_weights
+from seekdata._schedule import integer_weights, parse_weights, source_index
 
 #: ``seekdata.Mixture``, which imports this module (typed loosely to keep imports one-way)
 Mixture = Any
@@ -139,7 +139,7 @@ def changed(
     datasets += list(new.values()) if isinstance(new, Mapping) else list(new)
     growths = list(mix._growths)
     for key, dataset in (grown or {}).items():
-        s = _source(key, mix.names, k, "grown")
+        s = source_index(key, mix.names, k, "grown")
         n0, n1 = mix.sizes[s], len(dataset)
         label = repr(mix.names[s]) if mix.names is not None else str(s)
         if isinstance(mix.datasets[s], Gone) or isinstance(dataset, Gone):
@@ -159,7 +159,7 @@ def changed(
             f"one source a positive weight"
         )
     for key in remove:
-        s = _source(key, mix.names, k, "remove")
+        s = source_index(key, mix.names, k, "remove")
         if fracs[s]:
             label = repr(mix.names[s]) if mix.names is not None else str(s)
             raise ValueError(

@@ -1,38 +1,31 @@
 """Seekable weighted mixtures: which source, and which of its samples, sits at a position.
 
-A :class:`Mixture` of K map-style sources with weights is itself a map-style dataset. Position
-``p`` of mixture epoch ``e`` is position ``P = e * len(mixture) + p`` of one endless stream, and
-everything about ``P`` is a pure function of counters, computed in O(log K) time from O(K)
-tables:
+A :class:`Mixture` of K map-style sources is itself a map-style dataset. Position ``p`` of
+mixture epoch ``e`` is position ``P = e * len(mixture) + p`` of one endless stream; all about
+``P`` is a pure function of counters, in O(log K) time from O(K) tables:
 
-1. **Which source.** The weights are exact rationals ``a_k / A``. A binary tree over the
-   sources (built once, weight-balanced) splits the stream: a node that has received ``m``
-   positions has sent ``round(m * a_left / a_node)`` of them left. Walking the tree with exact
-   integer arithmetic gives the source of ``P`` *and* how many positions that source received
-   before ``P`` (its own stream position ``q``), for any ``P`` (1e12 included), with no table
-   of positions and no replay. With a ``schedule`` of weights, the tree of the segment that
-   holds ``P`` routes ``P - start``, and each source continues from what it received before
-   the segment's start (precomputed per segment: :mod:`seekdata._schedule`).
-2. **Which sample.** Source k walks its own epochs: ``source_epoch = q // n_k``, and the sample
-   is ``order_k(source_epoch, q % n_k)``, a seekable order (Feistel, or the shard-local order
-   for tar shards) keyed by the source's seed. A small source repeats, reshuffled each time; a
-   large one simply continues in the next mixture epoch. A source that grew
-   (:meth:`Mixture.changed` with ``grown=``) walks epochs whose length changes where it grew
-   (:mod:`seekdata._mixgrowth`).
+1. **Which source.** The weights are exact rationals ``a_k / A``. A weight-balanced binary tree
+   over the sources splits the stream: a node that received ``m`` positions sent
+   ``round(m * a_left / a_node)`` of them left. Walking it with integers gives the source of
+   ``P`` *and* its own stream position ``q``, for any ``P`` (1e12 included), with no table and
+   no replay. With a ``schedule``, the tree of the segment that holds ``P`` routes
+   ``P - start`` and each source continues from its count at the segment's start
+   (:mod:`seekdata._schedule`).
+2. **Which sample.** Source k walks its own epochs: ``source_epoch = q // n_k``, the sample is
+   ``order_k(source_epoch, q % n_k)``, a seekable order keyed by the source's seed. A source
+   that grew (:meth:`Mixture.changed` with ``grown=``) walks epochs whose length changes where
+   it grew (:mod:`seekdata._mixgrowth`).
 3. **Its randomness.** The sample is fetched under the key (source seed, source epoch, index),
-   where the source seed is hashed from (seed, source id): global RNG and
-   :func:`seekdata.sample_rng` see the same numbers whatever else is in the mixture.
+   the source seed hashed from (seed, source id): the same numbers whatever else is mixed in.
 
-The bound: over every prefix of the stream (of each segment, from its start), each source's
-count stays within :attr:`Mixture.bound` of ``weight * p`` (1/2 for two sources, below 1 for
-three, below 2 for any weights; docs/mixtures.md). The source pattern is the same every epoch
-(of a segment); samples are shuffled.
+The bound: over every prefix of the stream (of each segment), each source's count stays within
+:attr:`Mixture.bound` of ``weight * p`` (below 2 for any weights; docs/mixtures.md).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -42,7 +35,14 @@ import torch.utils.data
 from seekdata import _globalrng, _mixchange, _sample, rng
 from seekdata._keys import check_counter, is_int, sample_seeds
 from seekdata._mixgrowth import SourceLengths, grown_sources
-from seekdata._schedule import Schedule, integer_weights, parse_schedule, parse_weights
+from seekdata._schedule import (
+    Schedule,
+    check_length,
+    integer_weights,
+    parse_schedule,
+    parse_weights,
+    source_length,
+)
 from seekdata.order import Feistel, Order, feistel_index, make_order
 
 __all__ = ["Mixture"]
@@ -166,7 +166,7 @@ class Mixture(torch.utils.data.Dataset):
                 f"use 'shards' to keep tar shards' shard-local order"
             )
         self.datasets = list(datasets)
-        self.sizes = [_source_length(d, k) for k, d in enumerate(self.datasets)]
+        self.sizes = [source_length(d, k) for k, d in enumerate(self.datasets)]
         ids = list(range(len(datasets))) if source_ids is None else list(source_ids)
         if len(ids) != len(datasets) or len(set(ids)) != len(ids):
             raise ValueError(
@@ -185,7 +185,7 @@ class Mixture(torch.utils.data.Dataset):
         self._scheduled = schedule is not None and len(segments) > 1
         # the first (without a schedule, the only) segment's integer weights and tree
         self._a, self._tree = self._schedule.segments[0].a, self._schedule.segments[0].tree
-        self.length = sum(self.sizes) if length is None else _check_length(length, where)
+        self.length = sum(self.sizes) if length is None else check_length(length, where)
         self.order = order
         self.source_seeds = [
             rng.derive_key(self.seed, _MIX_TAG, i, words=1)[0] for i in self.source_ids
@@ -376,35 +376,3 @@ class Mixture(torch.utils.data.Dataset):
         )
         more = f", {len(self._schedule.segments)} segments" if self._scheduled else ""
         return f"Mixture([{parts}]{more}, length={self.length}, seed={self.seed})"
-
-
-def _check_length(length: Any, where: str) -> int:
-    """``length`` as an int >= 1: the rule and the message say the same thing."""
-    fix = "pass the samples per mixture epoch, or leave it unset for the sources' total"
-    if not is_int(length):
-        raise TypeError(
-            f"{where}: length must be an int >= 1 or None; got {type(length).__name__} "
-            f"{length!r}; {fix}"
-        )
-    if length < 1:
-        raise ValueError(f"{where}: length must be an int >= 1 or None; got {length}; {fix}")
-    return int(length)
-
-
-def _source_length(dataset: Any, k: int) -> int:
-    where = "Mixture"
-    if isinstance(dataset, torch.utils.data.IterableDataset) or not (
-        isinstance(dataset, Sized) and hasattr(dataset, "__getitem__")
-    ):
-        raise TypeError(
-            f"{where}: every source must be map-style (__len__ and __getitem__), because the "
-            f"mixture reads sample i of a source directly; source {k} is "
-            f"{type(dataset).__name__}; wrap shards in seekdata.wds.TarShards"
-        )
-    n = len(dataset)
-    if n < 1:
-        raise ValueError(
-            f"{where}: every source must hold at least 1 sample; source {k} "
-            f"({type(dataset).__name__}) has len 0; drop it or fix its path"
-        )
-    return n

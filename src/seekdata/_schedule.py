@@ -16,9 +16,11 @@ from __future__ import annotations
 import bisect
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from fractions import Fraction
 from typing import Any, NamedTuple
+
+import torch.utils.data
 
 from seekdata._keys import check_counter, is_int
 from seekdata._mixtree import Tree, up
@@ -64,7 +66,7 @@ def integer_weights(fracs: Sequence[Fraction]) -> list[int]:
     return [a // g for a in ints]
 
 
-def _source(key: Any, names: Sequence[str] | None, k: int, label: str) -> int:
+def source_index(key: Any, names: Sequence[str] | None, k: int, label: str) -> int:
     """The source a weight mapping's key names: a name (str) or an index (int)."""
     if isinstance(key, str):
         if names is None:
@@ -99,7 +101,7 @@ def parse_weights(
     if isinstance(spec, Mapping):
         out: list[Fraction | None] = [None] * k
         for key, value in spec.items():
-            s = _source(key, names, k, label)
+            s = source_index(key, names, k, label)
             name = repr(names[s]) if names is not None else str(s)
             if out[s] is not None:
                 raise ValueError(
@@ -253,3 +255,35 @@ class Schedule:
     def spec(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
         """(start, integer weights) per segment: what decides the routing, for signatures."""
         return tuple((seg.start, tuple(seg.a)) for seg in self.segments)
+
+
+def check_length(length: Any, where: str) -> int:
+    """``length`` as an int >= 1: the rule and the message say the same thing."""
+    fix = "pass the samples per mixture epoch, or leave it unset for the sources' total"
+    if not is_int(length):
+        raise TypeError(
+            f"{where}: length must be an int >= 1 or None; got {type(length).__name__} "
+            f"{length!r}; {fix}"
+        )
+    if length < 1:
+        raise ValueError(f"{where}: length must be an int >= 1 or None; got {length}; {fix}")
+    return int(length)
+
+
+def source_length(dataset: Any, k: int) -> int:
+    where = "Mixture"
+    if isinstance(dataset, torch.utils.data.IterableDataset) or not (
+        isinstance(dataset, Sized) and hasattr(dataset, "__getitem__")
+    ):
+        raise TypeError(
+            f"{where}: every source must be map-style (__len__ and __getitem__), because the "
+            f"mixture reads sample i of a source directly; source {k} is "
+            f"{type(dataset).__name__}; wrap shards in seekdata.wds.TarShards"
+        )
+    n = len(dataset)
+    if n < 1:
+        raise ValueError(
+            f"{where}: every source must hold at least 1 sample; source {k} "
+            f"({type(dataset).__name__}) has len 0; drop it or fix its path"
+        )
+    return n
