@@ -99,6 +99,25 @@ def main() -> None:
                 raise
             caught.append(type(e).__name__)
         print("caught:", caught[0], flush=True)  # the iterator stays alive
+    elif how == "sigint-in-shutdown":  # Ctrl-C lands while torch stops superseded workers
+        from torch.utils.data import dataloader
+
+        stop = dataloader._MultiProcessingDataLoaderIter._shutdown_workers
+        fired: list[bool] = []
+
+        def interrupted(self) -> None:  # type: ignore[no-untyped-def]
+            if not fired and not self._shutdown:
+                fired.append(True)
+                os.kill(os.getpid(), signal.SIGINT)  # delivered at the next bytecode
+            stop(self)
+
+        dataloader._MultiProcessingDataLoaderIter._shutdown_workers = interrupted  # type: ignore[method-assign]
+        it = iter(loader)
+        seen(next(it))
+        print("iterating", flush=True)
+        while True:  # each iter() supersedes the live iterator: its workers are stopped
+            for batch in loader:
+                seen(batch)
     elif how == "sigint":  # iterate until the test's Ctrl-C arrives
         it = iter(loader)
         seen(next(it))

@@ -132,6 +132,22 @@ def test_a_script_whose_worker_was_killed_ends(dataset: str, persistent: bool, h
     assert not any(_alive(pid) for pid in pids), f"{args}: workers left behind\n{text}"
 
 
+def test_a_ctrl_c_while_superseded_workers_stop_ends_the_script() -> None:
+    """A new iter() stops the workers of the iterator it supersedes. torch stops them in its
+    iterator's ``__del__`` when nothing else does, where a KeyboardInterrupt is ignored
+    ("Exception ignored in ... __del__") and the script ran on; seekdata stops them in its own
+    code, with Ctrl-C held until they are stopped, so the script ends with it. The Ctrl-C is
+    sent by the script itself at the start of that shutdown: not timed."""
+    args = ("seekdata", "map", "2", "0", "sigint-in-shutdown")
+    status, text, pids = run_script(*args)
+    assert status == -signal.SIGINT and "KeyboardInterrupt" in text, text
+    assert "Exception ignored" not in text, text
+    deadline = time.monotonic() + BOUND
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids), f"{args}: workers left behind\n{text}"
+
+
 @pytest.mark.parametrize("interrupt", ["main", "group"])
 @pytest.mark.parametrize(("workers", "persistent"), [(0, False), (2, False), (2, True)])
 @pytest.mark.parametrize("dataset", ["map", "iterable"])

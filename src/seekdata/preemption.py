@@ -34,7 +34,14 @@ import torch
 from seekdata import _dist
 from seekdata._keys import is_int
 
-__all__ = ["PreemptionHandler", "WorkerSignals", "exit_flag", "starting_workers", "worker_signals"]
+__all__ = [
+    "PreemptionHandler",
+    "WorkerSignals",
+    "exit_flag",
+    "starting_workers",
+    "stopping_workers",
+    "worker_signals",
+]
 
 _UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 # In processes forked from the installing one that are not DataLoader workers these keep their
@@ -83,6 +90,22 @@ def starting_workers() -> Iterator[None]:
     what arrived meanwhile as soon as the block ends: a Ctrl-C during a fork raises
     ``KeyboardInterrupt`` here instead of vanishing in CPython's at-fork hooks."""
     exit_flag()
+    with _held():
+        yield
+
+
+@contextmanager
+def stopping_workers() -> Iterator[None]:
+    """Hold the preemption notices and Ctrl-C in this thread while a loader shuts its workers
+    down: torch's shutdown is not written to be interrupted (a ``KeyboardInterrupt`` halfway
+    leaves its queues' feeder threads to be joined at exit, seconds later), so what arrived
+    meanwhile is raised here, once the workers are stopped."""
+    with _held():
+        yield
+
+
+@contextmanager
+def _held() -> Iterator[None]:
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return

@@ -327,9 +327,17 @@ class _LoaderIter:
 
     def detach(self) -> None:
         """Another iterator, a loaded state or a skip took the cursor: this iterator no longer
-        moves it and raises if used (torchdata's rule)."""
+        moves it and raises if used (torchdata's rule). Its workers (not persistent ones, which
+        the loader keeps for the next iterator) are shut down here, in the caller's code, not
+        in torch's ``__del__``: a Ctrl-C that lands while they stop would be ignored there
+        ("Exception ignored in ... __del__"), and the script would run on."""
         self._stale = True
-        self._batches = iter(())  # drop torch's iterator (its workers shut down)
+        old, self._batches = self._batches, iter(())
+        old = getattr(old, "_source", old)  # device=: the look-ahead over torch's iterator
+        shutdown = getattr(old, "_shutdown_workers", None)
+        if callable(shutdown) and not self._engine.loader.persistent_workers:
+            with preemption.stopping_workers():
+                shutdown()
 
     def __iter__(self) -> _LoaderIter:
         return self
