@@ -74,8 +74,17 @@ def exit_flag() -> Any:
 
 
 def _exiting(flag: Any, pid: int) -> None:
-    if os.getpid() == pid:  # not in a child that inherited the hook through os.fork
-        flag.value = 1
+    # A Python signal handler can raise at any line, this hook included: torch's SIGCHLD
+    # handler reports a dead worker by raising whenever the signal lands. Were the flag left
+    # at 0, multiprocessing's exit would send the live workers the one SIGTERM that they take
+    # for a notice, then join them forever; so the flag is set until it is set.
+    for _ in range(1000):
+        try:
+            if os.getpid() == pid:  # not in a child that inherited the hook through os.fork
+                flag.value = 1
+            return
+        except BaseException:  # raised by a handler: set it again
+            continue
 
 
 @contextmanager
