@@ -327,17 +327,13 @@ class _LoaderIter:
 
     def detach(self) -> None:
         """Another iterator, a loaded state or a skip took the cursor: this iterator no longer
-        moves it and raises if used (torchdata's rule). Its workers (not persistent ones, which
-        the loader keeps for the next iterator) are shut down here, in the caller's code, not
-        in torch's ``__del__``: a Ctrl-C that lands while they stop would be ignored there
-        ("Exception ignored in ... __del__"), and the script would run on."""
+        moves it and raises if used (torchdata's rule). Dropping torch's iterator stops its
+        workers (not persistent ones, which the loader keeps) in its ``__del__``, where a
+        Ctrl-C would be ignored ("Exception ignored in ... __del__") and the script run on:
+        Ctrl-C and the notices are held meanwhile and raised here once they are stopped."""
         self._stale = True
-        old, self._batches = self._batches, iter(())
-        old = getattr(old, "_source", old)  # device=: the look-ahead over torch's iterator
-        shutdown = getattr(old, "_shutdown_workers", None)
-        if callable(shutdown) and not self._engine.loader.persistent_workers:
-            with preemption.stopping_workers():
-                shutdown()
+        with preemption.stopping_workers():  # Ctrl-C is raised after the block, not lost
+            self._batches = iter(())  # the last reference: torch's iterator stops its workers
 
     def __iter__(self) -> _LoaderIter:
         return self
