@@ -56,7 +56,10 @@ class _TokenCorpus(Dataset[_Sample]):
     def __len__(self) -> int:
         raise NotImplementedError
 
-    def _setup(self, files: _Files, seq_len: Any, dtype: Any, vocab_size: Any) -> None:
+    def _setup(
+        self, files: _Files, seq_len: Any, dtype: Any, vocab_size: Any, windows: bool = False
+    ) -> None:
+        """``windows``: items read ``seq_len + 1`` tokens of the corpus (packing pads instead)."""
         where = self._where
         self.seq_len = _int(seq_len, "seq_len", where, 1, "pass the tokens per sequence, e.g. 2048")
         self.dtype = check_dtype(dtype, where)
@@ -66,12 +69,18 @@ class _TokenCorpus(Dataset[_Sample]):
         names = expand_files(files, where)
         self._reader = TokenReader([describe(n, self.dtype) for n in names], self.dtype)
         self._checked = self.vocab_size is None  # True: no read needs the vocabulary check
+        if windows and self.seq_len >= self.num_tokens:  # before np.arange(seq_len + 1)
+            raise ValueError(
+                f"{where}: the files hold {self.num_tokens} tokens, fewer than seq_len + 1 = "
+                f"{self.seq_len + 1} (a window and its next token); pass a smaller seq_len or "
+                "more files"
+            )
         self._arange = np.arange(self.seq_len + 1, dtype=np.int64)
 
     def _token_id(self, value: Any, name: str) -> int:
         info = np.iinfo(self.dtype)
         where = self._where
-        out = _int(value, name, where, int(info.min), f"pass the {name} of your tokenizer")
+        out = _int(value, name, where, 0, f"pass the {name} of your tokenizer (ids are >= 0)")
         if out > info.max:
             raise ValueError(
                 f"{where}: {name} {out} cannot occur in {self.dtype} token files (at most "
@@ -152,15 +161,9 @@ class TokenWindows(_TokenCorpus):
         eos_id: int | None = None,
         vocab_size: int | None = None,
     ) -> None:
-        self._setup(files, seq_len, dtype, vocab_size)
+        self._setup(files, seq_len, dtype, vocab_size, windows=True)
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
-        self._len = (self.num_tokens - 1) // self.seq_len
-        if self._len < 1:
-            raise ValueError(
-                f"TokenWindows: the files hold {self.num_tokens} tokens, fewer than seq_len + 1"
-                f" = {self.seq_len + 1} (a window and its next token); pass a smaller seq_len "
-                "or more files"
-            )
+        self._len = (self.num_tokens - 1) // self.seq_len  # >= 1: _setup checked seq_len
 
     def __len__(self) -> int:
         return self._len
@@ -358,19 +361,24 @@ class PackedDocuments(_TokenCorpus):
         ids = np.full(length, self.pad_id, dtype=np.int64)
         labels = np.full(length, IGNORE_INDEX, dtype=np.int64)
         positions = np.empty(length, dtype=np.int64)
-        at = 0
-        for doc, start, stop in self._packing.segments(self._check_index(index)):
+        at, ends = 0, 0  # ends: the documents here that end with eos_id
+        segments = self._packing.segments(self._check_index(index))
+        for doc, start, stop in segments:
             n = stop - start
             whole = stop == self._bounds[doc + 1]  # else a piece: its last label comes next
             tokens = self._read(start, stop if whole else stop + 1)
-            if whole and self.eos_id is not None and tokens[-1] != self.eos_id:
-                self._not_eos(doc, stop)
+            if whole and self.eos_id is not None and doc not in self._tails:
+                if tokens[-1] != self.eos_id:
+                    self._not_indexed(doc, stop - 1, inside=False)
+                ends += 1
             ids[at : at + n] = tokens[:n]
             labels[at : at + n - 1] = tokens[1:n]
             if not whole:
                 labels[at + n - 1] = tokens[n]
             positions[at : at + n] = self._arange[:n]
             at += n
+        if self.eos_id is not None and np.count_nonzero(ids[:at] == self.eos_id) != ends:
+            self._eos_inside(segments)  # one compare for the item: the index still holds
         positions[at:] = self._arange[: length - at]
         return {
             "input_ids": torch.from_numpy(ids),
@@ -378,17 +386,31 @@ class PackedDocuments(_TokenCorpus):
             "position_ids": torch.from_numpy(positions),
         }
 
-    def _not_eos(self, doc: int, stop: int) -> None:
-        if doc in self._tails:
-            return
-        k = self._reader.file_at(stop - 1)
+    def _eos_inside(self, segments: list[_packing.Segment]) -> None:
+        """Raise naming the first eos_id before the last token of one of ``segments``."""
+        for doc, start, stop in segments:
+            last = stop - 1 if stop == self._bounds[doc + 1] else stop  # a piece: all inside
+            inner = np.flatnonzero(self._reader.read(start, last) == self.eos_id)
+            if len(inner):
+                self._not_indexed(doc, start + int(inner[0]), inside=True)
+
+    def _not_indexed(self, doc: int, at: int, inside: bool) -> None:
+        """Raise: the token at position ``at`` of document ``doc`` is eos_id before its last
+        token (``inside``), or its last token is not eos_id."""
+        k = self._reader.file_at(at)
         f = self._reader.files[k]
+        offset = at - self._reader.starts[k]
         assert self.eos_id is not None  # only called with one
+        problem = (
+            f"token {offset} of the file, inside document {doc}, is eos_id {self.eos_id}, but "
+            f"its document index ends that document later"
+            if inside
+            else f"its document index ends document {doc} at token {offset + 1}, but the token "
+            f"before it is not eos_id {self.eos_id}"
+        )
         raise ValueError(
-            f"token file {f.name}: its document index ends document {doc} at token "
-            f"{stop - self._reader.starts[k]}, but the token before it is not eos_id "
-            f"{self.eos_id}; the index does not describe this file (edited, or the file "
-            f"rewritten with its old size and mtime). "
+            f"token file {f.name}: {problem}; the index does not describe this file (edited, or "
+            f"the file rewritten with its old size and mtime), so labels would cross documents. "
             + _tokenindex.rebuild_hint(f.name, self.eos_id, self.dtype)
         )
 
