@@ -272,6 +272,38 @@ def test_a_state_over_another_packing_is_refused(tmp_path: pathlib.Path) -> None
         seekdata.StatefulDataLoader(b, batch_size=2).load_state_dict(state)
 
 
+def test_token_files_in_another_order_are_another_corpus(tmp_path: pathlib.Path) -> None:
+    """An unsorted glob on a new node: the same files in another order hold other items at the
+    same indices, so a state saved over one order is refused over the other, and the loader is
+    left as it was. Equal-size files too (their first tokens are signed)."""
+    docs = documents([5, 9, 3, 12, 7, 4, 6, 8, 10, 5, 11, 3])
+    (tmp_path / "a").mkdir()
+    names = write(tmp_path / "a", docs, [3, 6, 9])
+    same_size = [str(tmp_path / f"eq-{k}.bin") for k in range(3)]
+    for k, name in enumerate(same_size):
+        np.concatenate(docs[4 * k : 4 * k + 4])[:20].tofile(name)
+    shuffled = [names[2], names[0], names[3], names[1]]
+    cases = [
+        (PackedDocuments(names, 8, eos_id=EOS), PackedDocuments(shuffled, 8, eos_id=EOS)),
+        (TokenWindows(names, 6), TokenWindows(shuffled, 6)),
+        (TokenWindows(same_size, 6), TokenWindows(same_size[::-1], 6)),
+    ]
+    for saved, other in cases:
+        assert len(saved) == len(other) and saved.stream_signature != other.stream_signature
+        first = seekdata.StatefulDataLoader(saved, batch_size=2, shuffle=True, seed=1)
+        it = iter(first)
+        next(it)
+        state = json.loads(json.dumps(first.state_dict()))
+        assert state["dataset"] == saved.stream_signature
+        again = seekdata.StatefulDataLoader(saved, batch_size=2, shuffle=True, seed=1)
+        again.load_state_dict(state)  # the same files in the same order: accepted
+        loader = seekdata.StatefulDataLoader(other, batch_size=2, shuffle=True, seed=1)
+        before = loader.state_dict()
+        with pytest.raises(seekdata.StateMismatchError, match="the same data in the same order"):
+            loader.load_state_dict(state)
+        assert loader.state_dict() == before
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "world", "batch"), [("packed", 4, 2), ("mixture", 1, 8)])
 def test_a_world_size_change_with_the_same_global_batch_repeats_every_batch(

@@ -37,6 +37,7 @@ __all__ = ["IGNORE_INDEX", "PackedDocuments", "TokenWindows"]
 IGNORE_INDEX = -100
 
 _Files = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+_HEAD = 8  # first tokens of each file that TokenWindows' signature covers
 _Sample = dict[str, torch.Tensor]
 
 
@@ -128,7 +129,7 @@ class _TokenCorpus(Dataset[_Sample]):
         return tokens
 
     def _signature(self, *fields: Any) -> str:
-        spec = repr((type(self).__name__, self.seq_len, self.dtype.str, self.num_tokens, *fields))
+        spec = repr((type(self).__name__, self.seq_len, self.dtype.str, *fields))
         return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
@@ -151,6 +152,9 @@ class TokenWindows(_TokenCorpus):
     """
 
     _where = "TokenWindows"
+    #: Read by the loader when the corpus grows (docs/growth.md): files appended after the old
+    #: ones keep every old window, which :meth:`signature_of_first` lets it check.
+    append_stable = True
 
     def __init__(
         self,
@@ -164,16 +168,33 @@ class TokenWindows(_TokenCorpus):
         self._setup(files, seq_len, dtype, vocab_size, windows=True)
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
         self._len = (self.num_tokens - 1) // self.seq_len  # >= 1: _setup checked seq_len
+        self._signatures: dict[int, str] = {}  # signature_of_first, by n
 
     def __len__(self) -> int:
         return self._len
 
     @property
     def stream_signature(self) -> str:
-        """What decides the items (seq_len, dtype, eos_id, the number of tokens), for a loader's
-        state: a checkpoint over other windows is refused at ``load_state_dict``."""
-        digest = self._signature(self.eos_id)
-        return f"TokenWindows(seq_len={self.seq_len}, windows={self._len}, {digest})"
+        """What decides the items, for a loader's or sampler's state: a checkpoint over other
+        windows is refused at ``load_state_dict``. :meth:`signature_of_first` of all windows."""
+        return self.signature_of_first(self._len)
+
+    def signature_of_first(self, n: int) -> str:
+        """The :attr:`stream_signature` of windows ``[0, n)``: what a corpus of only these
+        windows had, so a corpus that grew by files appended after the old ones still has its
+        old signature there. It covers seq_len, dtype, eos_id, ``n`` and, for each file that
+        holds the windows' tokens (``[0, n·L + 1)``), in order, its token count and first
+        tokens (equal-size files in another order are another corpus)."""
+        if n not in self._signatures:  # one read of a few tokens per file, once
+            last = self._reader.file_at(n * self.seq_len)  # the last token window n - 1 reads
+            reader = self._reader
+            files = [
+                (f.tokens, reader.read(start, start + min(_HEAD, f.tokens)).tolist())
+                for f, start in zip(reader.files[: last + 1], reader.starts, strict=False)
+            ]
+            digest = self._signature(self.eos_id, n, files)
+            self._signatures[n] = f"TokenWindows(seq_len={self.seq_len}, windows={n}, {digest})"
+        return self._signatures[n]
 
     def __getitem__(self, index: SupportsIndex) -> _Sample:
         i = self._check_index(index)
@@ -232,6 +253,17 @@ class PackedDocuments(_TokenCorpus):
     """
 
     _where = "PackedDocuments"
+    #: Read by the loader when the corpus grows (docs/growth.md): appending documents re-packs
+    #: the last packing block, so old sequence numbers would hold other documents; every
+    #: growth is refused, with :attr:`grow_instead` in the message.
+    append_stable = False
+    grow_instead = (
+        "appending documents re-packs the last block of 65,536 documents, so sequences saved "
+        "in the checkpoint would hold other documents; pack the new files as a dataset of their "
+        "own and add it as a new source (Mixture.changed(state, weights, add={name: "
+        "PackedDocuments(new_files, ...)}), docs/mixtures.md), or start a new run on the grown "
+        "corpus"
+    )
 
     def __init__(
         self,
@@ -266,6 +298,7 @@ class PackedDocuments(_TokenCorpus):
                                           rebuild_index)  # fmt: skip
         self._bounds = bounds
         self._packing = _packing.Packing(bounds, self.seq_len)
+        self._stream_signature: str | None = None
 
     def _indexed_bounds(self, index_dir: str | None, rebuild: bool) -> np.ndarray:
         assert self.eos_id is not None  # the caller checked
@@ -337,15 +370,21 @@ class PackedDocuments(_TokenCorpus):
 
     @property
     def stream_signature(self) -> str:
-        """What decides the sequences (seq_len, dtype, pad_id, the numbers of tokens and
-        documents, the packing's version and its sequences per block), for a loader's state: a
-        checkpoint over another packing is refused at ``load_state_dict``. How the corpus is
-        cut into files, and where the boundaries came from, are not part of it."""
-        digest = self._signature(
-            _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_documents,
-            self._packing.sequences_per_block,
-        )  # fmt: skip
-        return f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
+        """What decides the sequences (seq_len, dtype, pad_id, the documents' lengths in order
+        (a blake2b digest of their boundaries), the packing's version and its sequences per
+        block), for a loader's or sampler's state: a checkpoint over another packing, or over
+        the corpus in another order, is refused at ``load_state_dict``. How the corpus is cut
+        into files, and where the boundaries came from, are not part of it."""
+        if self._stream_signature is None:  # hashed once: 1e7 documents in ~0.1 s
+            lengths = hashlib.blake2b(self._bounds.astype("<i8", copy=False).data, digest_size=16)
+            digest = self._signature(
+                _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_tokens,
+                self.num_documents, lengths.hexdigest(), self._packing.sequences_per_block,
+            )  # fmt: skip
+            self._stream_signature = (
+                f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
+            )
+        return self._stream_signature
 
     def locate(self, index: SupportsIndex) -> list[tuple[int, int, int]]:
         """``(document, start, stop)`` of each document piece in sequence ``index``, in order:
