@@ -10,13 +10,17 @@ at full scale from the documents' lengths alone.
 
 - setup: everything ``PackedDocuments`` computes before the first batch, given the boundaries,
   as ``document_ends`` and as a boundary index on disk (written for the sparse file, eos_id 0):
-  wall time, tracemalloc peak, bytes kept per document.
+  wall time, tracemalloc peak, bytes kept per document; and its ``stream_signature``, computed
+  at the first ``state_dict()`` (a blake2b digest of every boundary), then cached.
 - packing, on the same lengths: the lower bound ``ceil(tokens / seq_len)``; best-fit
   decreasing over the whole corpus in one block (the FFD-class ceiling, same code); next-fit in
   corpus order (concatenate whole documents until the next does not fit); concatenate-and-cut
   (``TokenWindows``, Megatron's ``GPTDataset``): no padding, but documents split. On the
   first 1e5 documents: textbook first-fit decreasing, item by item, next to ours.
-- ``ds[i]``: median µs over random sequences, and the memmap reads of the same tokens alone.
+- ``ds[i]``: median µs over random sequences, and the memmap reads of the same tokens alone;
+  on the sparse corpus with ``document_ends`` (its zeros are no real tokens: an index with an
+  eos id would fail the end-of-document checks), and on the real file below with its boundary
+  index, where every item also checks that its documents hold eos_id only as their last token.
 - scan: building a boundary index (one vectorised pass) over a real 256 MB uint16 file.
 - Megatron's published index-build figures, labelled as published, not measured here.
 """
@@ -87,6 +91,13 @@ def measured(fn: Any) -> tuple[Any, float, int]:
     return out, seconds, peak
 
 
+def signed(ds: PackedDocuments) -> float:
+    """Seconds of the first ``stream_signature`` (a digest of every boundary; then cached)."""
+    t0 = time.perf_counter()
+    _ = ds.stream_signature
+    return time.perf_counter() - t0
+
+
 def setup_rows(path: str, lengths: np.ndarray) -> tuple[list[dict[str, Any]], Any]:
     ends = np.cumsum(lengths)
     documents = len(lengths)
@@ -108,10 +119,11 @@ def setup_rows(path: str, lengths: np.ndarray) -> tuple[list[dict[str, Any]], An
             "kept (B/doc)": d.nbytes / documents,
             "sequences": len(d),
             "padding (%)": 100 - 100 * d.utilization,
+            "stream_signature, first call (s)": signed(d),
         }
         for name, d, s, p in rows
     ]
-    return out, indexed
+    return out, rows[0][1]  # items are read with the given boundaries: see the docstring
 
 
 def next_fit(lengths: np.ndarray, rooms: list[int] | None = None) -> int:
@@ -206,7 +218,9 @@ def subsample_rows(lengths: np.ndarray) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def item_rows(ds: PackedDocuments, windows: TokenWindows, count: int) -> list[dict[str, Any]]:
+def item_rows(
+    ds: PackedDocuments, checked: PackedDocuments, windows: TokenWindows, count: int
+) -> list[dict[str, Any]]:
     gen = random.Random(0)
     picks = [gen.randrange(len(ds)) for _ in range(count)]
     reader = ds._reader
@@ -231,9 +245,14 @@ def item_rows(ds: PackedDocuments, windows: TokenWindows, count: int) -> list[di
     total, alone = per_call(ds.__getitem__, picks), per_call(reads, picks)
     pieces = H.median([len(ds.locate(i)) for i in picks])
     wpicks = [gen.randrange(len(windows)) for _ in range(count)]
+    cpicks = [gen.randrange(len(checked)) for _ in range(count)]
+    for i in cpicks[:200]:
+        checked[i]
     return [
         {"dataset": "PackedDocuments", "ds[i] (us)": total, "memmap reads (us)": alone,
          "beyond the reads (us)": total - alone, "documents per item": pieces},
+        {"dataset": "PackedDocuments, boundary index (real file, eos checked)",
+         "ds[i] (us)": per_call(checked.__getitem__, cpicks)},
         {"dataset": "TokenWindows (with position_ids)",
          "ds[i] (us)": per_call(windows.__getitem__, wpicks)},
     ]  # fmt: skip
@@ -300,8 +319,9 @@ def main() -> None:
         setup, ds = setup_rows(path, lengths)
         real = real_file(tmp, args.quick)
         windows = TokenWindows(real, SEQ_LEN, eos_id=0)
-        items = item_rows(ds, windows, 2_000 if args.quick else 20_000)
-        scan = scan_rows(real)
+        scan = scan_rows(real)  # builds the file's boundary index
+        checked = PackedDocuments(real, SEQ_LEN, eos_id=0)
+        items = item_rows(ds, checked, windows, 2_000 if args.quick else 20_000)
         packing = packing_rows(lengths, len(ds))
         subsample = subsample_rows(lengths)
         print(f"{documents:,} documents, {int(lengths.sum()):,} tokens, seq_len {SEQ_LEN}\n")
@@ -314,7 +334,7 @@ def main() -> None:
                 seq_len=SEQ_LEN, setup=setup, packing=packing, subsample=subsample,
                 items=items, scan=scan, published=published)  # fmt: skip
         plot(args.out, ds, lengths, setup[0]["setup (s)"])
-        del ds, windows
+        del ds, windows, checked
 
 
 if __name__ == "__main__":

@@ -295,8 +295,10 @@ def outcomes(loader: Any) -> Any:
         (Broken(KeyError), KeyError, "corrupt row 9"),
         (Broken(short=True), ValueError, "returned 3 samples; __getitems__ must return one"),
         (Broken(), TypeError, "returned list_iterator, which has no len()"),
+        # torch's iterator takes a StopIteration for the epoch's end: it is the batch's error
+        (Broken(StopIteration), RuntimeError, "raised StopIteration, which would end the epoch"),
     ],
-    ids=["raises", "short", "no-len"],
+    ids=["raises", "short", "no-len", "stop-iteration"],
 )
 def test_a_failing_read_is_that_batchs_error_naming_the_dataset_and_the_batch(
     workers: int, dataset: Broken, error: type[Exception], says: str

@@ -360,3 +360,22 @@ def test_a_changed_mixture_shows_its_history(
     report = json.loads(capsys.readouterr().out)["states"][0]
     assert report["history"] == state["history"] and report["prefix"] == state["prefix"]
     assert report["dataset"] == state["dataset"] == mix.stream_signature
+
+
+def test_a_token_corpus_signature_is_labelled_as_a_dataset_not_a_mixture(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    from seekdata.tokens import PackedDocuments
+
+    tokens = np.tile(np.array([5, 6, 7, 1], dtype=np.uint16), 20)  # 20 documents, eos 1
+    tokens.tofile(tmp_path / "corpus.bin")
+    packed = PackedDocuments(str(tmp_path / "corpus.bin"), 8, eos_id=1)
+    state = seekdata.StatefulDataLoader(packed, batch_size=2).state_dict()
+    path = tmp_path / "ckpt.json"
+    path.write_text(json.dumps({"loader": state}))
+    assert inspect(str(path)) == 0
+    out = capsys.readouterr().out
+    assert f"  dataset:     {packed.stream_signature}" in out.splitlines()
+    assert "mixture:" not in out

@@ -273,3 +273,103 @@ def test_inspect_prints_the_growth_to_declare(tmp_path) -> None:
     described = inspection.describe((), as_json(loader.state_dict()))
     assert described["grown"] == [[0, 6, N0]]
     assert "seekdata.Growth(0, 6, 20)" in inspection.format_state(described)
+
+
+# --- what can grow: declared, and checked (issue 27) -------------------------------------------
+
+
+def _corpus(tmp_path, count: int = 4):
+    """``count`` token files of different sizes (documents ending with EOS), in order."""
+    from tests.test_tokens import documents, write
+
+    lengths = [5, 9, 3, 12, 7, 4, 11, 6, 8, 10, 5, 13][: 3 * count]
+    return write(tmp_path, documents(lengths), [3 * k for k in range(1, count)])
+
+
+def _loader(ds, **kw) -> seekdata.StatefulDataLoader:
+    shuffle = not isinstance(ds, seekdata.Mixture)  # a mixture orders itself
+    return seekdata.StatefulDataLoader(ds, batch_size=2, shuffle=shuffle, seed=4, **kw)
+
+
+def _saved(ds, steps: int = 2) -> tuple[seekdata.StatefulDataLoader, dict]:
+    loader = _loader(ds)
+    it = iter(loader)
+    for _ in range(steps):
+        next(it)
+    return loader, as_json(loader.state_dict())
+
+
+def _refused(loader, state: dict, match: str, **kw) -> StateMismatchError:
+    """``loader.load_state_dict(state, **kw)`` raises, and leaves the loader as it was."""
+    before = loader.state_dict()
+    with pytest.raises(StateMismatchError, match=match) as e:
+        loader.load_state_dict(state, **kw)
+    assert loader.state_dict() == before
+    return e.value
+
+
+def test_packed_documents_never_grow(tmp_path) -> None:
+    """Appending documents re-packs the last packing block: refused on every path."""
+    from seekdata.tokens import PackedDocuments
+
+    files = _corpus(tmp_path)
+    old, new = PackedDocuments(files[:3], 8, eos_id=1), PackedDocuments(files, 8, eos_id=1)
+    assert len(new) > len(old)
+    why = r"cannot grow: it declares append_stable = False.* re-packs the last block"
+    _, state = _saved(old)
+    _refused(_loader(new), state, why, grow=True)
+    sampler = seekdata.DistributedSampler(old, 1, 0, seed=4)
+    sampler.set_epoch(0)
+    next(iter(sampler))
+    grown = seekdata.DistributedSampler(new, 1, 0, seed=4)
+    _refused(grown, as_json(sampler.state_dict()), why, grow=True)
+    with pytest.raises(StateMismatchError, match=why):
+        seekdata.DistributedSampler(new, 1, 0, grown=[Growth(0, 2, len(old))])
+    with pytest.raises(StateMismatchError, match=why):
+        _loader(new, grown=[Growth(0, 2, len(old))])
+    mix = seekdata.Mixture({"pd": old, "more": range(10)}, [1, 1], seed=2)
+    with pytest.raises(StateMismatchError, match=rf"grown source 'pd' \(PackedDocuments\) {why}"):
+        mix.changed(4, [1, 1], grown={"pd": new})
+
+
+def test_token_windows_grow_by_appended_files_and_nothing_else(tmp_path) -> None:
+    """Files appended after the old ones: every old window kept, the growth exact. The old
+    files in another order: refused, though TokenWindows declares append_stable = True."""
+    from seekdata.tokens import TokenWindows
+
+    files = _corpus(tmp_path)
+    old, new = TokenWindows(files[:3], 4), TokenWindows(files, 4)
+    assert new.signature_of_first(len(old)) == old.stream_signature
+    _, state = _saved(old, 3)
+    replay = iter(_loader(old))  # what the run served before it grew
+    served = [tuple(x) for _ in range(3) for x in next(replay)["input_ids"].tolist()]
+    grown = _loader(new)
+    grown.load_state_dict(state, grow=True)
+    rest = [tuple(x) for b in grown for x in b["input_ids"].tolist()]
+    windows = [tuple(new[i]["input_ids"].tolist()) for i in range(len(new))]
+    assert sorted([*served, *rest]) == sorted(windows)  # every window of the grown corpus once
+    assert grown.state_dict()["dataset"] == new.stream_signature
+
+    swapped = TokenWindows([files[1], files[0], files[2], files[3]], 4)
+    assert len(swapped) == len(new)
+    e = _refused(_loader(swapped), state, r"first 16 items: it grew since", grow=True)
+    assert "the same data in the same order" in str(e)
+    assert "the same sources, weights and seed" not in str(e)
+    mix = seekdata.Mixture({"tw": old, "more": range(10)}, [1, 1], seed=2)
+    mix.changed(4, [1, 1], grown={"tw": new})  # appended: accepted
+    with pytest.raises(StateMismatchError, match=r"'tw' did not grow append-only"):
+        mix.changed(4, [1, 1], grown={"tw": swapped})
+
+
+def test_the_length_refusal_names_grow_and_a_mixture_names_changed() -> None:
+    """A longer dataset without grow=True: the message names grow=True. grow=True on a
+    Mixture: the message names mix.changed(..., grown=), not grow=False."""
+    _, state = _saved(list(range(N0)))
+    e = _refused(_loader(list(range(N1))), state, "n is 20 in the checkpoint but 29 here")
+    assert "load_state_dict(state, grow=True)" in str(e)
+    mix = seekdata.Mixture({"a": range(6), "b": range(4)}, [1, 1], length=10, seed=1)
+    _, state = _saved(mix)
+    grown = seekdata.Mixture({"a": range(8), "b": range(4)}, [1, 1], length=10, seed=1)
+    e = _refused(_loader(grown), state, r"Mixture\) cannot grow", grow=True)
+    assert "mix.changed(state, weights, grown={name: grown_source})" in str(e)
+    assert "grow=False" not in str(e)

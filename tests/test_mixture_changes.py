@@ -395,3 +395,23 @@ def test_the_changes_benchmark_runs_and_its_state_stays_small(tmp_path: pathlib.
     rows = json.loads((tmp_path / "mixture_schedule.json").read_text())["changes"]
     assert [(r["K"], r["changes"]) for r in rows] == [("16 -> 26", 10), ("1000 -> 1010", 10)]
     assert all(r["locate (us)"] > 0 and r["state (bytes of JSON)"] <= 4096 for r in rows)
+
+
+class _ShardedSource(Source):
+    """A mixture source in shards: ``Source`` items with ``shard_sizes``."""
+
+    def __init__(self, k: int, shard_sizes: list[int]) -> None:
+        super().__init__(k, sum(shard_sizes))
+        self.shard_sizes = shard_sizes
+
+
+@pytest.mark.parametrize("order", ["shards", "feistel"])
+def test_a_sharded_source_grows_by_whole_shards_as_the_sampler_checks(order: str) -> None:
+    """The plain sampler's check, applied to a mixture's grown source: a partial shard appended
+    (its last shard extended) is refused; whole shards appended are accepted."""
+    old = _ShardedSource(0, [4, 4, 4])
+    mix = seekdata.Mixture({"s": old, "t": Source(1, 6)}, [1, 1], seed=2, order=order)
+    mix.changed(6, [1, 1], grown={"s": _ShardedSource(0, [4, 4, 4, 4, 2])})
+    with pytest.raises(seekdata.StateMismatchError, match=r"grown source 's': a sharded dataset "
+                       r"grows by whole shards, so 12 items .* hold 14 there"):  # fmt: skip
+        mix.changed(6, [1, 1], grown={"s": _ShardedSource(0, [4, 4, 6, 3])})

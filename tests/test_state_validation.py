@@ -473,3 +473,86 @@ def test_skip_takes_numpy_integers_as_other_counters_do() -> None:
     assert loader.state_dict()["step"] == 2
     with pytest.raises(TypeError, match="batches must be an int; got bool"):
         loader.skip(True)
+
+
+# --- a sampler's own state checks the dataset's stream too (issue 27) --------------------------
+
+
+def _sampler_state(dataset: Any, steps: int = 3) -> dict:
+    sampler = seekdata.DistributedSampler(dataset, 1, 0, shuffle=False)
+    it = iter(sampler)
+    for _ in range(steps):
+        next(it)
+    return json.loads(json.dumps(sampler.state_dict()))
+
+
+def _packed(tmp_path: Any, pad_id: int) -> Any:
+    from seekdata.tokens import PackedDocuments
+
+    name = tmp_path / "corpus.bin"
+    if not name.exists():
+        np.tile(np.array([5, 6, 7, 1, 9, 1], dtype=np.uint16), 10).tofile(name)
+    return PackedDocuments(str(name), 8, eos_id=1, pad_id=pad_id)
+
+
+def _mixture(a: int = 1, size: int = 6) -> seekdata.Mixture:
+    return seekdata.Mixture({"a": range(size), "b": range(4)}, [a, 1], length=10, seed=1)
+
+
+@pytest.mark.parametrize(
+    ("saved", "here", "match"),
+    [
+        (lambda _: _mixture(), lambda _: _mixture(a=3), r"dataset is 'Mixture\(.* here"),
+        # a source grew without mix.changed(grown=): the same length, another stream
+        (lambda _: _mixture(), lambda _: _mixture(size=8), r"dataset is 'Mixture\(.* here"),
+        (lambda t: _packed(t, 0), lambda t: _packed(t, 3), r"dataset is 'PackedDocuments"),
+    ],
+    ids=["reweighted", "undeclared-growth", "pad-id"],
+)
+def test_a_sampler_state_over_another_stream_is_refused(tmp_path, saved, here, match) -> None:
+    """The sampler records the dataset's signature as the loader does, and both check it in a
+    sampler's state: refused, and the sampler or loader left as it was."""
+    old, new = saved(tmp_path), here(tmp_path)
+    assert len(old) == len(new)
+    state = _sampler_state(old)
+    assert state["dataset"] == old.stream_signature
+    seekdata.DistributedSampler(old, 1, 0, shuffle=False).load_state_dict(state)  # the same
+    sampler = seekdata.DistributedSampler(new, 1, 0, shuffle=False)
+    loader = seekdata.StatefulDataLoader(new, batch_size=2)
+    for target in (sampler, loader):
+        before = target.state_dict()
+        with pytest.raises(seekdata.StateMismatchError, match=match):
+            target.load_state_dict(state)
+        assert target.state_dict() == before
+
+
+def test_a_sampler_state_from_before_it_recorded_the_stream_still_loads() -> None:
+    """A sampler state written by the previous release has no 'dataset': not checked, as then."""
+    mix = _mixture()
+    state = _sampler_state(mix)
+    del state["dataset"]
+    sampler = seekdata.DistributedSampler(mix, 1, 0, shuffle=False)
+    sampler.load_state_dict(state)
+    assert sampler.position == 3
+    loader = seekdata.StatefulDataLoader(mix, batch_size=1)
+    loader.load_state_dict(state)
+    assert loader.state_dict()["position"] == 3 and "dataset" in loader.state_dict()
+
+
+def test_a_changed_mixture_records_its_prefix_in_a_sampler_state_too() -> None:
+    """A sampler over a changed mixture records its prefix and history: a state saved before
+    the change loads into the changed mixture (it agrees on the stream consumed)."""
+    mix = _mixture()
+    state = _sampler_state(mix, 3)
+    changed = mix.changed(state, [1, 3])
+    sampler = seekdata.DistributedSampler(changed, 1, 0, shuffle=False)
+    sampler.load_state_dict(state)
+    it = iter(sampler)
+    for _ in range(4):
+        next(it)
+    later = json.loads(json.dumps(sampler.state_dict()))
+    assert later["prefix"] == changed.prefix_signature(7) and later["history"]
+    seekdata.DistributedSampler(changed, 1, 0, shuffle=False).load_state_dict(later)
+    other = seekdata.DistributedSampler(mix.changed(3, [1, 2]), 1, 0, shuffle=False)
+    with pytest.raises(seekdata.StateMismatchError, match="the checkpoint changed at P=3"):
+        other.load_state_dict(later)  # another change there: refused, naming it

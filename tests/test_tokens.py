@@ -272,6 +272,38 @@ def test_a_state_over_another_packing_is_refused(tmp_path: pathlib.Path) -> None
         seekdata.StatefulDataLoader(b, batch_size=2).load_state_dict(state)
 
 
+def test_token_files_in_another_order_are_another_corpus(tmp_path: pathlib.Path) -> None:
+    """An unsorted glob on a new node: the same files in another order hold other items at the
+    same indices, so a state saved over one order is refused over the other, and the loader is
+    left as it was. Equal-size files too (their first tokens are signed)."""
+    docs = documents([5, 9, 3, 12, 7, 4, 6, 8, 10, 5, 11, 3])
+    (tmp_path / "a").mkdir()
+    names = write(tmp_path / "a", docs, [3, 6, 9])
+    same_size = [str(tmp_path / f"eq-{k}.bin") for k in range(3)]
+    for k, name in enumerate(same_size):
+        np.concatenate(docs[4 * k : 4 * k + 4])[:20].tofile(name)
+    shuffled = [names[2], names[0], names[3], names[1]]
+    cases = [
+        (PackedDocuments(names, 8, eos_id=EOS), PackedDocuments(shuffled, 8, eos_id=EOS)),
+        (TokenWindows(names, 6), TokenWindows(shuffled, 6)),
+        (TokenWindows(same_size, 6), TokenWindows(same_size[::-1], 6)),
+    ]
+    for saved, other in cases:
+        assert len(saved) == len(other) and saved.stream_signature != other.stream_signature
+        first = seekdata.StatefulDataLoader(saved, batch_size=2, shuffle=True, seed=1)
+        it = iter(first)
+        next(it)
+        state = json.loads(json.dumps(first.state_dict()))
+        assert state["dataset"] == saved.stream_signature
+        again = seekdata.StatefulDataLoader(saved, batch_size=2, shuffle=True, seed=1)
+        again.load_state_dict(state)  # the same files in the same order: accepted
+        loader = seekdata.StatefulDataLoader(other, batch_size=2, shuffle=True, seed=1)
+        before = loader.state_dict()
+        with pytest.raises(seekdata.StateMismatchError, match="the same data in the same order"):
+            loader.load_state_dict(state)
+        assert loader.state_dict() == before
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "world", "batch"), [("packed", 4, 2), ("mixture", 1, 8)])
 def test_a_world_size_change_with_the_same_global_batch_repeats_every_batch(
@@ -407,6 +439,62 @@ def test_a_file_changed_after_the_dataset_was_built_is_refused_on_read(
         f.write(b"\x00\x00")
     with pytest.raises(ValueError, match=r"part-00\.bin changed after this dataset read it"):
         ds[0]
+
+
+def test_an_eos_inside_a_document_is_refused_when_it_is_read(tmp_path: pathlib.Path) -> None:
+    """A file rewritten in place with an end-of-document token moved into a document (size and
+    mtime kept): its index no longer describes it, and labels would cross documents."""
+    lengths = [5, 9, 3, 12, 20]  # 20 > seq_len 8: a long document's pieces are read too
+    names = write(tmp_path, documents(lengths), [])
+    path = pathlib.Path(names[0])
+    for at in (7, 34):  # inside document 1 (tokens 5..13); inside a piece of document 4
+        ds = PackedDocuments(names, 8, eos_id=EOS)
+        tokens = np.fromfile(path, dtype=np.uint16)
+        stat = path.stat()
+        edited = tokens.copy()
+        edited[at] = EOS
+        edited.tofile(path)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        with pytest.raises(ValueError, match=rf"part-00\.bin: token {at} of the file, inside "):
+            [ds[i] for i in range(len(ds))]
+        tokens.tofile(path)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    check_pass(PackedDocuments(names, 8, eos_id=EOS), lengths)  # untouched: read as before
+
+
+def test_an_index_header_with_edited_ids_is_refused(tmp_path: pathlib.Path) -> None:
+    """The recorded smallest and largest ids decide the vocabulary check: they are digested."""
+    docs = documents([5, 5, 5])
+    docs[2][1] = 1500
+    names = write(tmp_path, docs, [])
+    with pytest.raises(ValueError, match="id 1500, outside"):
+        PackedDocuments(names, 4, eos_id=EOS, vocab_size=1000)
+    ipath = pathlib.Path(names[0] + _tokenindex.INDEX_SUFFIX)
+    raw = ipath.read_bytes()
+    head = raw[: raw.index(b"\n") + 1]
+    edited = head.replace(b'"max_id":1500', b'"max_id":999 ')  # the same length: still aligned
+    assert edited != head and len(edited) == len(head)
+    ipath.write_bytes(edited + raw[len(head) :])
+    with pytest.raises(ValueError, match=r"cannot be trusted .* recorded ids"):
+        PackedDocuments(names, 4, eos_id=EOS, vocab_size=1000)
+
+
+def test_token_ids_are_never_negative(tmp_path: pathlib.Path) -> None:
+    names = write(tmp_path, documents([5, 5, 5]), [])
+    int32 = tmp_path / "ids.npy"
+    np.save(int32, np.fromfile(names[0], dtype=np.uint16).astype(np.int32))
+    for kwargs in ({"pad_id": -1}, {"eos_id": -5}):
+        args: dict = {"eos_id": EOS, "dtype": np.int32, **kwargs}
+        with pytest.raises(ValueError, match=r"_id must be >= 0; got -\d; pass the"):
+            PackedDocuments(int32, 4, **args)
+    with pytest.raises(ValueError, match="eos_id must be >= 0"):
+        TokenWindows(int32, 4, dtype=np.int32, eos_id=-5)
+
+
+def test_a_huge_seq_len_is_refused_before_anything_is_allocated(tmp_path: pathlib.Path) -> None:
+    names = write(tmp_path, documents([5, 5, 5]), [])
+    with pytest.raises(ValueError, match=r"15 tokens, fewer than seq_len \+ 1 = 1000000000001"):
+        TokenWindows(names, 10**12)
 
 
 def test_an_index_for_another_eos_is_rebuilt_and_index_dir_holds_them(

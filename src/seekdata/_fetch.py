@@ -193,6 +193,8 @@ class KeyedDataset(torch.utils.data.Dataset):
         except BaseException as e:
             if saved is not None:
                 _globalrng.restore(saved)
+            if isinstance(e, StopIteration):  # torch's iterator would end the epoch silently
+                raise _stopped(self.dataset, planned.indices, planned) from e
             if isinstance(e, Exception):  # its type stays the caller's to catch, as with torch
                 _note(e, f"while {_reading(self.dataset, planned)}")
             raise
@@ -303,11 +305,17 @@ def _note(error: BaseException, note: str) -> None:
         add(note)
 
 
-def _stopped(dataset: Any, index: Any) -> RuntimeError:
+def _stopped(dataset: Any, index: Any, batch: PlannedBatch | None = None) -> RuntimeError:
+    """The error for a StopIteration out of ``__getitem__(index)`` (or out of the
+    ``__getitems__`` call that read ``batch``), which torch's iterator takes for the epoch's end."""
+    if batch is None:
+        call = f"{type(dataset).__name__}.__getitem__({index}) raised StopIteration"
+        what = "a sample"
+    else:
+        call, what = f"{_reading(dataset, batch)} and raised StopIteration", "its samples"
     return RuntimeError(
-        f"{type(dataset).__name__}.__getitem__({index}) raised StopIteration, which would end "
-        f"the epoch silently; a map-style dataset must return a sample or raise another "
-        f"exception (IndexError for an index out of range)"
+        f"{call}, which would end the epoch silently; a map-style dataset must return {what} or "
+        f"raise another exception (IndexError for an index out of range)"
     )
 
 

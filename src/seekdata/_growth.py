@@ -1,7 +1,11 @@
 """A dataset that grew: its epochs' order across a declared growth.
 
 A dataset is append-only when it grows (shards appended to a ``TarShards``, token files
-appended, table rows appended): its first ``n0`` items keep their indices. A
+appended, table rows appended): its first ``n0`` items keep their indices. A dataset says
+whether it can grow so with :data:`APPEND_STABLE`, an attribute the loader reads and never
+trusts alone (:func:`check_append`): ``False`` refuses every growth; otherwise a sharded
+dataset must grow by whole shards, and a dataset with a ``stream_signature`` must have kept
+its first items (``signature_of_first(n0)`` equals the signature recorded when it had ``n0``). A
 :class:`Growth` says "the dataset had ``length`` items until the cursor (``epoch``,
 ``position``)"; from there on it has more. :class:`GrownOrder` is the sampler's order across
 such growths, and the rule is that **new items join at once, in the epoch where the dataset
@@ -32,10 +36,27 @@ import numpy as np
 
 from seekdata._keys import check_counter, check_int, key_words
 from seekdata.order import Feistel, Order
+from seekdata.state import StateMismatchError
 
-__all__ = ["GrownOrder", "Growth", "check_growths", "first_items", "pad_origin"]
+__all__ = [
+    "APPEND_STABLE",
+    "GrownOrder",
+    "Growth",
+    "check_append",
+    "check_growths",
+    "first_items",
+    "pad_origin",
+    "signature_then",
+]
 
 _GROW = 0x47524F57  # "GROW": key of the merged rest of a growth epoch
+
+#: The attribute a dataset declares growth with: ``True``, its first items keep their indices
+#: and data when it grows (``TarShards``, ``TokenWindows``); ``False``, they do not
+#: (``PackedDocuments`` re-packs its last block, a ``Mixture`` re-routes its stream), so every
+#: growth is refused, with the dataset's ``grow_instead`` (what to do) in the message. A dataset
+#: without it is taken as append-only when a growth is declared, as the user says.
+APPEND_STABLE = "append_stable"
 
 
 class Growth(NamedTuple):
@@ -48,10 +69,11 @@ class Growth(NamedTuple):
     length: int
 
 
-def check_growths(grown: Any, n: int, where: str) -> tuple[Growth, ...]:
+def check_growths(grown: Any, n: int, where: str, dataset: Any = None) -> tuple[Growth, ...]:
     """``grown`` as sorted, normalised growths of a dataset that has ``n`` items now: each
     one's ``length`` below the next one's (and below ``n``), a position at or past the
-    epoch's end moved to the next epoch's start. Raises naming the fix."""
+    epoch's end moved to the next epoch's start; ``dataset`` (given) can have grown from each
+    length (:func:`check_append`). Raises naming the fix."""
     if grown is None:
         return ()
     if isinstance(grown, Growth) or not isinstance(grown, Sequence) or isinstance(grown, str):
@@ -80,14 +102,60 @@ def check_growths(grown: Any, n: int, where: str) -> tuple[Growth, ...]:
             f"then the dataset's length now must increase; got {sizes}; a dataset that lost "
             f"or rewrote items is another dataset: start a new run on it"
         )
+    for g in out if dataset is not None else ():
+        check_append(dataset, g.length, where)
     return tuple(out)
+
+
+def refuse_unstable(dataset: Any, where: str, label: str = "") -> None:
+    """Raise when ``dataset`` declares ``append_stable = False``: why, and what to do instead."""
+    if getattr(dataset, APPEND_STABLE, None) is not False:
+        return
+    name = type(dataset).__name__
+    instead = getattr(dataset, "grow_instead", None)
+    raise StateMismatchError(
+        f"{where}: {label or 'the dataset'} ({name}) cannot grow: it declares {APPEND_STABLE} "
+        f"= False, so after data is appended the items it held would not keep their indices "
+        f"and data; {instead or 'start a new run on the grown dataset'}"
+    )
+
+
+def check_append(
+    dataset: Any, n0: int, where: str, label: str = "", recorded: str | None = None
+) -> None:
+    """``dataset`` grew from its first ``n0`` items, append-only; raise where that cannot be:
+    it declares ``append_stable = False``; it is sharded and ``n0`` is not a sum of its first
+    shard sizes; or ``recorded`` (the ``stream_signature`` it had with ``n0`` items) is not
+    the signature of its first ``n0`` items now (:func:`signature_then`)."""
+    refuse_unstable(dataset, where, label)
+    first_items(dataset, n0, f"{where}: {label}" if label else where)
+    if recorded is not None and signature_then(dataset, n0) != recorded:
+        raise StateMismatchError(
+            f"{where}: {label or 'the dataset'} did not grow append-only: the signature of its "
+            f"first {n0} items is {signature_then(dataset, n0)!r} but {recorded!r} before it "
+            f"grew; its old items were reordered, replaced or rewritten (token files in "
+            f"another order, say); keep the old data in its order and append after it"
+        )
+
+
+def signature_then(dataset: Any, n: int | None) -> str | None:
+    """The ``stream_signature`` ``dataset`` had with its first ``n`` items (None: all of them):
+    its ``signature_of_first(n)``, or, without one, its ``stream_signature``; None when it
+    has no stream signature."""
+    here = getattr(dataset, "stream_signature", None)
+    if not isinstance(here, str):
+        return None
+    first = getattr(dataset, "signature_of_first", None)
+    if n is None or not callable(first) or n == len(dataset):
+        return here
+    return str(first(n))
 
 
 class _ShardPrefix(NamedTuple):
     shard_sizes: tuple[int, ...]
 
 
-def first_items(dataset: Any, size: int) -> Any:
+def first_items(dataset: Any, size: int, where: str = "DistributedSampler") -> Any:
     """What an order over the first ``size`` items of ``dataset`` reads from it: the dataset
     itself, or for a sharded one the shards that held them (a growth appends whole shards)."""
     sizes = getattr(dataset, "shard_sizes", None)
@@ -100,10 +168,11 @@ def first_items(dataset: Any, size: int) -> Any:
         prefix.append(int(s))
         total += int(s)
     if total != size:
-        raise ValueError(
-            f"DistributedSampler: a sharded dataset grows by whole shards, so {size} items "
+        raise StateMismatchError(
+            f"{where}: a sharded dataset grows by whole shards, so {size} items "
             f"must be the first shards' total; the first shards hold {total} there; declare "
-            f"the length the dataset had (a sum of its first shard sizes)"
+            f"the length the dataset had (a sum of its first shard sizes), and append new "
+            f"samples as shards of their own"
         )
     return _ShardPrefix(tuple(prefix))
 

@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from seekdata import state as S
+from seekdata._growth import check_append, refuse_unstable, signature_then
 from seekdata._keys import check_counter, is_int
 from seekdata._schedule import integer_weights, parse_weights, source_index
 
@@ -144,12 +145,16 @@ def changed(
         label = repr(mix.names[s]) if mix.names is not None else str(s)
         if isinstance(mix.datasets[s], Gone) or isinstance(dataset, Gone):
             raise ValueError(f"{WHERE}: source {label} was removed (Mixture.gone); it cannot grow")
+        refuse_unstable(dataset, WHERE, f"grown source {label}")
         if n1 <= n0:
             raise ValueError(
                 f"{WHERE}: grown source {label} must be longer than before (append-only); it "
                 f"had {n0} items and has {n1}; a source that lost or rewrote items is another "
                 f"source: add it under a new name and remove the old one"
             )
+        # what the plain sampler checks too: whole shards; its first n0 items as they were
+        check_append(dataset, n0, WHERE, f"grown source {label}",
+                     signature_then(mix.datasets[s], None))  # fmt: skip
         datasets[s] = dataset
         growths.append((s, stream, n0, n1))
     fracs = parse_weights(weights, len(datasets), names, "weights", zero=True)

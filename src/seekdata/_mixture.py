@@ -88,6 +88,14 @@ class Mixture(torch.utils.data.Dataset):
 
     #: Read by :class:`seekdata.DistributedSampler`: shuffling positions again is refused.
     shuffles_itself = True
+    #: Read by the loader: a mixture does not grow by ``load_state_dict(state, grow=True)``
+    #: (its positions would route to other sources); a source that grew is a change of it.
+    append_stable = False
+    grow_instead = (
+        "a source of a mixture that grew is declared on the mixture: resume into "
+        "mix.changed(state, weights, grown={name: grown_source}) (docs/mixtures.md), loaded "
+        "without grow=True"
+    )
 
     @property
     def stream_signature(self) -> str:

@@ -10,14 +10,16 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from seekdata import _partition as P
-from seekdata._growth import Growth, check_growths
+from seekdata._growth import Growth, check_growths, refuse_unstable, signature_then
 from seekdata.state import (
     K_BATCH_SIZE,
+    K_DATASET,
     K_ENGINE,
     K_EPOCH,
     K_EXHAUSTED,
     K_GROWN,
     K_HISTORY,
+    K_KIND,
     K_N,
     K_ORIGIN,
     K_POSITION,
@@ -36,9 +38,11 @@ __all__ = [
     "check_replay_world",
     "check_resume_batch",
     "check_saved",
+    "check_stream",
     "describe_change",
     "global_batch",
     "growth_at",
+    "stream_records",
 ]
 
 
@@ -236,16 +240,17 @@ def _next_start(state: Mapping[str, Any], n: int) -> tuple[int, int]:
 
 
 def check_grown(
-    state: Any, growths: tuple[Growth, ...], n: int, where: str
+    state: Any, growths: tuple[Growth, ...], n: int, where: str, dataset: Any
 ) -> tuple[int, tuple[Growth, ...]]:
     """(the dataset length ``state`` was saved with, the growths to adopt), given this
-    loader's declared ``growths`` (``n``: its length now). A checkpoint records the growths
-    before it: a loader that declares none adopts them; one that declares some must declare
-    these first. A checkpoint saved before a declared growth had the length before it, and
-    must stand in that growth's epoch, at or before it."""
+    loader's declared ``growths`` (``n``: its length now; checked against ``dataset`` when
+    declared). A checkpoint records the growths before it: a loader that declares none adopts
+    them (checked here); one that declares some must declare these first. A checkpoint saved
+    before a declared growth had the length before it, and must stand in that growth's epoch,
+    at or before it."""
     recorded, ours = _recorded(state, where), [list(g) for g in growths]
     if not ours and recorded:
-        return n, check_growths(recorded, n, where)
+        return n, check_growths(recorded, n, where, dataset)
     if recorded != ours[: len(recorded)]:
         raise StateMismatchError(
             f"{where}: the checkpoint's dataset grew at {recorded} ([epoch, position, length "
@@ -268,10 +273,12 @@ def check_grown(
     return nxt.length, growths
 
 
-def growth_at(state: Any, growths: tuple[Growth, ...], n: int, where: str) -> tuple[Growth, ...]:
-    """``load_state_dict(state, grow=True)``: the dataset grew since ``state`` was saved, to
+def growth_at(
+    state: Any, growths: tuple[Growth, ...], n: int, where: str, dataset: Any
+) -> tuple[Growth, ...]:
+    """``load_state_dict(state, grow=True)``: ``dataset`` grew since ``state`` was saved, to
     ``n`` items. The growths (the checkpoint's, then the new one at its cursor); changes
-    nothing."""
+    nothing. Whether its old items are still the checkpoint's is :func:`check_stream`'s."""
     recorded = _recorded(state, where)
     old = state.get(K_N) if isinstance(state, Mapping) else None
     if not _is_int(old) or old < 1:
@@ -279,6 +286,7 @@ def growth_at(state: Any, growths: tuple[Growth, ...], n: int, where: str) -> tu
             f"{where}: grow=True reads the dataset's old length from state[{K_N!r}]; got "
             f"{old!r}; pass an unmodified state_dict() of a seekable loader or sampler"
         )
+    refuse_unstable(dataset, where)  # first: whatever its length, it cannot grow so
     if old >= n:
         raise ValueError(
             f"{where}: grow=True declares that the dataset grew since the checkpoint; it had "
@@ -292,7 +300,47 @@ def growth_at(state: Any, growths: tuple[Growth, ...], n: int, where: str) -> tu
             f"(the checkpoint carries them)"
         )
     epoch, position = _next_start(state, old)
-    return check_growths([*recorded, Growth(epoch, position, old)], n, where)
+    return check_growths([*recorded, Growth(epoch, position, old)], n, where, dataset)
+
+
+def stream_records(dataset: Any, epoch: int, position: int) -> dict[str, Any]:
+    """What a loader's or sampler's state records of ``dataset``'s own stream at the cursor:
+    its ``stream_signature`` (:data:`K_DATASET`) and a mixture's changes (prefix, history)."""
+    out: dict[str, Any] = {}
+    signature = signature_then(dataset, None)
+    if signature is not None:
+        out[K_DATASET] = signature
+    records = getattr(dataset, "_stream_records", None)
+    if callable(records):
+        out.update(records(epoch, position))
+    return out
+
+
+def check_stream(
+    state: Mapping[str, Any], dataset: Any, n_then: int | None, where: str, strict: bool
+) -> None:
+    """A loader's or sampler's state against ``dataset``'s own stream, when it defines one
+    (its ``stream_signature``; a :class:`seekdata.Mixture`'s changes): the same stream, or,
+    for a mixture, the same stream consumed. ``n_then``: the length the state was saved with,
+    where the dataset grew since (its first ``n_then`` items must be what it had then). A
+    sampler state without a signature (written before samplers recorded one) is not checked."""
+    if state.get(K_KIND) == "sampler" and K_DATASET not in state and K_PREFIX not in state:
+        return
+    records = getattr(dataset, "_stream_records", None)
+    here = records(state[K_EPOCH], state[K_POSITION], True) if callable(records) else {}
+    if here:  # a mixture: a state that agrees on the stream consumed is accepted
+        check_mixture(state, signature_then(dataset, None), here[K_PREFIX],
+                      here.get(K_HISTORY, []), type(dataset), where, strict)  # fmt: skip
+        return
+    signature = signature_then(dataset, n_then)
+    grew = n_then is not None and signature is not None and n_then != len(dataset)
+    detail = (
+        f" (the signature of its first {n_then} items: it grew since; its old items must be "
+        f"the checkpoint's, in their order, with new data appended after them)"
+        if grew
+        else ""
+    )
+    check_dataset(state, signature, type(dataset), where, strict, detail)
 
 
 def _is_int(value: Any) -> TypeGuard[int]:

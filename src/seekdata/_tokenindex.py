@@ -3,7 +3,8 @@
 Finding the end-of-document tokens of a corpus is a pass over its bytes, so it is done once per
 file and stored as ``<file>.seekdata-docs`` (or under ``index_dir``): one line of JSON (the
 file's size and mtime, dtype, eos id, token and document counts, smallest and largest token
-id, a digest of the offsets), padded to 64 bytes, then the documents' end offsets in the file
+id, a digest of the token count, the smallest and largest id and the offsets), padded to 64
+bytes, then the documents' end offsets in the file
 as little-endian int64 (the position after each end-of-document token). The rules are
 :mod:`seekdata._tarindex`'s: missing, unreadable, or written for another eos id or dtype:
 built. Same stamp: used without reading the token file. Same size, new mtime: rescanned, kept
@@ -30,8 +31,9 @@ from seekdata._tokenfiles import TokenFile, describe
 
 #: ``format`` field of every index header.
 INDEX_FORMAT = "seekdata-token-docs"
-#: Bumped whenever the layout changes; other versions are rebuilt.
-INDEX_VERSION = 1
+#: Bumped whenever the layout changes; other versions are rebuilt. 2: the digest covers the
+#: token count and the smallest and largest id too (an edit of them skipped the vocabulary check).
+INDEX_VERSION = 2
 #: Appended to a token file's name to name its index.
 INDEX_SUFFIX = ".seekdata-docs"
 _ALIGN = 64  # the header is padded to this, so the offsets are aligned for memmap
@@ -87,8 +89,11 @@ def rebuild_hint(name: str, eos_id: int, dtype: np.dtype[Any]) -> str:
     )
 
 
-def _digest(ends: np.ndarray) -> str:
-    return hashlib.blake2b(np.ascontiguousarray(ends, dtype="<i8").data, digest_size=16).hexdigest()
+def _digest(tokens: int, min_id: int, max_id: int, ends: np.ndarray) -> str:
+    """What the header's ``blake2b`` covers: every field the index is trusted for."""
+    h = hashlib.blake2b(np.array([tokens, min_id, max_id], dtype="<i8").data, digest_size=16)
+    h.update(np.ascontiguousarray(ends, dtype="<i8").data)
+    return h.hexdigest()
 
 
 def scan(f: TokenFile, dtype: np.dtype[Any], eos_id: int) -> DocIndex:
@@ -141,8 +146,8 @@ def _read(ipath: str, dtype: np.dtype[Any], eos_id: int) -> DocIndex | None:
     ends = np.memmap(ipath, dtype="<i8", mode="r", offset=len(line), shape=(count,))
     if count and not (ends[0] >= 1 and ends[-1] <= tokens and bool((ends[1:] > ends[:-1]).all())):
         raise _Unsound(f"its offsets are not increasing within the file's {tokens} tokens")
-    if _digest(ends) != digest:
-        raise _Unsound("its offsets do not match the digest in its header")
+    if _digest(tokens, stamp[2], high, ends) != digest:
+        raise _Unsound("its offsets or recorded ids do not match the digest in its header")
     return DocIndex(stamp[0], stamp[1], dtype.str, eos_id, tokens, stamp[2], high, ends)
 
 
@@ -150,7 +155,8 @@ def _write(ipath: str, index: DocIndex, name: str) -> None:
     directory = os.path.dirname(ipath)
     if directory:
         os.makedirs(directory, exist_ok=True)
-    line = json.dumps(index.header(name, _digest(index.ends)), separators=(",", ":")).encode()
+    digest = _digest(index.tokens, index.min_id, index.max_id, index.ends)
+    line = json.dumps(index.header(name, digest), separators=(",", ":")).encode()
     pad = -(len(line) + 1) % _ALIGN
     tmp = f"{ipath}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # atomic: ranks may race
     with open(tmp, "wb") as fp:

@@ -118,7 +118,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
                 f"{where}: {type(dataset).__name__} orders its own positions, so shuffle must be "
                 f"False (shuffling them again loses its per-prefix weight bound); got shuffle=True"
             )
-        self.growths = check_growths(grown, self.n, where)
+        self.growths = check_growths(grown, self.n, where, dataset)
         self.order: Order = self._make_order(self.seed)
         self.cursor = Cursor(self.n)
         self._shard(self.num_replicas, self.rank)
@@ -268,6 +268,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             S.K_WORLD_SIZE: self.num_replicas,
             S.K_ORIGIN: self.cursor.origin_field(now),
             **self.grown_field(),
+            **_statecheck.stream_records(self.dataset, now.epoch, now.position),
         }
 
     def grown_field(self) -> dict[str, Any]:
@@ -279,12 +280,15 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         ``grow=True``: the dataset grew (append-only) since the state was saved."""
         where = "DistributedSampler.load_state_dict"
         if check_bool(grow, "grow", where):
-            growths = _statecheck.growth_at(state, self.growths, self.n, where)
+            growths = _statecheck.growth_at(state, self.growths, self.n, where, self.dataset)
             n_then = int(state[S.K_N])
         else:
-            n_then, growths = _statecheck.check_grown(state, self.growths, self.n, where)
+            n_then, growths = _statecheck.check_grown(
+                state, self.growths, self.n, where, self.dataset
+            )
         expected = {S.K_KIND: "sampler", **self.stream_fields(), **self.fields_then(n_then)}
         self.check_state(state, expected, where, strict)
+        _statecheck.check_stream(state, self.dataset, n_then, where, strict)
         if growths != self.growths:
             self.grow(growths)
         self.restore(state)

@@ -72,17 +72,18 @@ K_STEP = "step"
 K_SKIPS = "skips"
 #: Iterable loaders only: torchdata's own state of the stream, nested (JSON-native).
 K_ENGINE = "engine"
-#: Loader only, written when the dataset defines its own stream (its ``stream_signature``, e.g.
-#: a :class:`seekdata.Mixture`: sources, weights, seed): a state from another mixture of the
-#: same length is refused instead of continuing another stream. Absent otherwise.
+#: Written when the dataset defines its own stream (its ``stream_signature``: a
+#: :class:`seekdata.Mixture`'s sources, weights, seed; a token corpus's files and arguments): a
+#: state over another stream of the same length is refused instead of continuing it. Absent
+#: otherwise; absent from a sampler's state written before samplers recorded it (not checked).
 K_DATASET = "dataset"
 #: growths of the dataset so far, ``[[epoch, position, length before], ...]`` (only if any)
 K_GROWN = "grown"
-#: Loader only, written over a mixture with changes (a schedule, or ``Mixture.changed``): the
+#: Written over a mixture with changes (a schedule, or ``Mixture.changed``): the
 #: signature of the stream consumed so far (``Mixture.prefix_signature``). A mixture that agrees
 #: on that prefix (one changed after the cursor) accepts the state. Absent otherwise.
 K_PREFIX = "prefix"
-#: Loader only, written with :data:`K_PREFIX` once a change took effect: one record per change
+#: Written with :data:`K_PREFIX` once a change took effect: one record per change
 #: (``at``, ``epoch``, ``position``, ``digest``, and ``added``/``removed``/``grown``/``weights``
 #: where they apply), for error messages and ``seekdata inspect``. Absent otherwise.
 K_HISTORY = "history"
@@ -126,8 +127,18 @@ _FIX = {
     K_BATCH_DROP_LAST: "pass drop_last={old} to the loader, or strict=False",
     K_SAMPLE_SEED: "pass seed={old} to the loader, or strict=False",
     K_KIND: "load a {old} state into a {old}",
-    K_DATASET: "build the dataset the checkpoint was saved with (the same sources, weights and "
-    "seed), or strict=False to continue this dataset's stream from the cursor",
+    K_DATASET: "build the dataset the checkpoint was saved with ({same}), or strict=False to "
+    "continue this dataset's stream from the cursor",
+}
+#: ``n`` grew: the fix names the declaration first.
+_FIX_GREW = (
+    "if the dataset grew since (append-only), load_state_dict(state, grow=True) "
+    "(docs/growth.md); else pass the same dataset, or strict=False to keep the cursor on it"
+)
+#: What "the same dataset" means, for a mixture and for any other dataset with a signature.
+_SAME = {
+    True: "the same sources, weights and seed",
+    False: "the same data in the same order, and the same arguments",
 }
 
 #: What continuing means, for a mismatch that ``strict=False`` lets through (with a warning).
@@ -241,7 +252,9 @@ def check_state(
         if old == here and type(old) is type(here):
             continue
         if strict or key == K_KIND:
-            fix = _FIX.get(key, "pass the same configuration").format(old=old)
+            grew = key == K_N and isinstance(here, int) and here > old
+            fix = _FIX_GREW if grew else _FIX.get(key, "pass the same configuration")
+            fix = fix.format(old=old)
             raise StateMismatchError(
                 f"{where}: {key} is {old!r} in the checkpoint but {here!r} here; {fix}"
             )
@@ -280,7 +293,9 @@ def check_dataset(
     else:
         problem = f"{K_DATASET} is {old!r} in the checkpoint but {here!r} here{detail}"
     if strict:
-        raise StateMismatchError(f"{where}: {problem}; {_FIX[K_DATASET]}")
+        mixture = hasattr(dataset, "_stream_records") or str(old).startswith("Mixture(")
+        same = _SAME[mixture]  # a Mixture's: the same sources and weights
+        raise StateMismatchError(f"{where}: {problem}; {_FIX[K_DATASET].format(same=same)}")
     warn_caller(f"{where}: {problem}; continuing (strict=False): {_CONTINUES[K_DATASET]}")
 
 

@@ -37,6 +37,7 @@ __all__ = ["IGNORE_INDEX", "PackedDocuments", "TokenWindows"]
 IGNORE_INDEX = -100
 
 _Files = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+_HEAD = 8  # first tokens of each file that TokenWindows' signature covers
 _Sample = dict[str, torch.Tensor]
 
 
@@ -56,7 +57,10 @@ class _TokenCorpus(Dataset[_Sample]):
     def __len__(self) -> int:
         raise NotImplementedError
 
-    def _setup(self, files: _Files, seq_len: Any, dtype: Any, vocab_size: Any) -> None:
+    def _setup(
+        self, files: _Files, seq_len: Any, dtype: Any, vocab_size: Any, windows: bool = False
+    ) -> None:
+        """``windows``: items read ``seq_len + 1`` tokens of the corpus (packing pads instead)."""
         where = self._where
         self.seq_len = _int(seq_len, "seq_len", where, 1, "pass the tokens per sequence, e.g. 2048")
         self.dtype = check_dtype(dtype, where)
@@ -66,12 +70,18 @@ class _TokenCorpus(Dataset[_Sample]):
         names = expand_files(files, where)
         self._reader = TokenReader([describe(n, self.dtype) for n in names], self.dtype)
         self._checked = self.vocab_size is None  # True: no read needs the vocabulary check
+        if windows and self.seq_len >= self.num_tokens:  # before np.arange(seq_len + 1)
+            raise ValueError(
+                f"{where}: the files hold {self.num_tokens} tokens, fewer than seq_len + 1 = "
+                f"{self.seq_len + 1} (a window and its next token); pass a smaller seq_len or "
+                "more files"
+            )
         self._arange = np.arange(self.seq_len + 1, dtype=np.int64)
 
     def _token_id(self, value: Any, name: str) -> int:
         info = np.iinfo(self.dtype)
         where = self._where
-        out = _int(value, name, where, int(info.min), f"pass the {name} of your tokenizer")
+        out = _int(value, name, where, 0, f"pass the {name} of your tokenizer (ids are >= 0)")
         if out > info.max:
             raise ValueError(
                 f"{where}: {name} {out} cannot occur in {self.dtype} token files (at most "
@@ -119,7 +129,7 @@ class _TokenCorpus(Dataset[_Sample]):
         return tokens
 
     def _signature(self, *fields: Any) -> str:
-        spec = repr((type(self).__name__, self.seq_len, self.dtype.str, self.num_tokens, *fields))
+        spec = repr((type(self).__name__, self.seq_len, self.dtype.str, *fields))
         return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
@@ -142,6 +152,9 @@ class TokenWindows(_TokenCorpus):
     """
 
     _where = "TokenWindows"
+    #: Read by the loader when the corpus grows (docs/growth.md): files appended after the old
+    #: ones keep every old window, which :meth:`signature_of_first` lets it check.
+    append_stable = True
 
     def __init__(
         self,
@@ -152,25 +165,36 @@ class TokenWindows(_TokenCorpus):
         eos_id: int | None = None,
         vocab_size: int | None = None,
     ) -> None:
-        self._setup(files, seq_len, dtype, vocab_size)
+        self._setup(files, seq_len, dtype, vocab_size, windows=True)
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
-        self._len = (self.num_tokens - 1) // self.seq_len
-        if self._len < 1:
-            raise ValueError(
-                f"TokenWindows: the files hold {self.num_tokens} tokens, fewer than seq_len + 1"
-                f" = {self.seq_len + 1} (a window and its next token); pass a smaller seq_len "
-                "or more files"
-            )
+        self._len = (self.num_tokens - 1) // self.seq_len  # >= 1: _setup checked seq_len
+        self._signatures: dict[int, str] = {}  # signature_of_first, by n
 
     def __len__(self) -> int:
         return self._len
 
     @property
     def stream_signature(self) -> str:
-        """What decides the items (seq_len, dtype, eos_id, the number of tokens), for a loader's
-        state: a checkpoint over other windows is refused at ``load_state_dict``."""
-        digest = self._signature(self.eos_id)
-        return f"TokenWindows(seq_len={self.seq_len}, windows={self._len}, {digest})"
+        """What decides the items, for a loader's or sampler's state: a checkpoint over other
+        windows is refused at ``load_state_dict``. :meth:`signature_of_first` of all windows."""
+        return self.signature_of_first(self._len)
+
+    def signature_of_first(self, n: int) -> str:
+        """The :attr:`stream_signature` of windows ``[0, n)``: what a corpus of only these
+        windows had, so a corpus that grew by files appended after the old ones still has its
+        old signature there. It covers seq_len, dtype, eos_id, ``n`` and, for each file that
+        holds the windows' tokens (``[0, n·L + 1)``), in order, its token count and first
+        tokens (equal-size files in another order are another corpus)."""
+        if n not in self._signatures:  # one read of a few tokens per file, once
+            last = self._reader.file_at(n * self.seq_len)  # the last token window n - 1 reads
+            reader = self._reader
+            files = [
+                (f.tokens, reader.read(start, start + min(_HEAD, f.tokens)).tolist())
+                for f, start in zip(reader.files[: last + 1], reader.starts, strict=False)
+            ]
+            digest = self._signature(self.eos_id, n, files)
+            self._signatures[n] = f"TokenWindows(seq_len={self.seq_len}, windows={n}, {digest})"
+        return self._signatures[n]
 
     def __getitem__(self, index: SupportsIndex) -> _Sample:
         i = self._check_index(index)
@@ -229,6 +253,17 @@ class PackedDocuments(_TokenCorpus):
     """
 
     _where = "PackedDocuments"
+    #: Read by the loader when the corpus grows (docs/growth.md): appending documents re-packs
+    #: the last packing block, so old sequence numbers would hold other documents; every
+    #: growth is refused, with :attr:`grow_instead` in the message.
+    append_stable = False
+    grow_instead = (
+        "appending documents re-packs the last block of 65,536 documents, so sequences saved "
+        "in the checkpoint would hold other documents; pack the new files as a dataset of their "
+        "own and add it as a new source (Mixture.changed(state, weights, add={name: "
+        "PackedDocuments(new_files, ...)}), docs/mixtures.md), or start a new run on the grown "
+        "corpus"
+    )
 
     def __init__(
         self,
@@ -263,6 +298,7 @@ class PackedDocuments(_TokenCorpus):
                                           rebuild_index)  # fmt: skip
         self._bounds = bounds
         self._packing = _packing.Packing(bounds, self.seq_len)
+        self._stream_signature: str | None = None
 
     def _indexed_bounds(self, index_dir: str | None, rebuild: bool) -> np.ndarray:
         assert self.eos_id is not None  # the caller checked
@@ -334,15 +370,21 @@ class PackedDocuments(_TokenCorpus):
 
     @property
     def stream_signature(self) -> str:
-        """What decides the sequences (seq_len, dtype, pad_id, the numbers of tokens and
-        documents, the packing's version and its sequences per block), for a loader's state: a
-        checkpoint over another packing is refused at ``load_state_dict``. How the corpus is
-        cut into files, and where the boundaries came from, are not part of it."""
-        digest = self._signature(
-            _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_documents,
-            self._packing.sequences_per_block,
-        )  # fmt: skip
-        return f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
+        """What decides the sequences (seq_len, dtype, pad_id, the documents' lengths in order
+        (a blake2b digest of their boundaries), the packing's version and its sequences per
+        block), for a loader's or sampler's state: a checkpoint over another packing, or over
+        the corpus in another order, is refused at ``load_state_dict``. How the corpus is cut
+        into files, and where the boundaries came from, are not part of it."""
+        if self._stream_signature is None:  # hashed once: 1e7 documents in ~0.1 s
+            lengths = hashlib.blake2b(self._bounds.astype("<i8", copy=False).data, digest_size=16)
+            digest = self._signature(
+                _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_tokens,
+                self.num_documents, lengths.hexdigest(), self._packing.sequences_per_block,
+            )  # fmt: skip
+            self._stream_signature = (
+                f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
+            )
+        return self._stream_signature
 
     def locate(self, index: SupportsIndex) -> list[tuple[int, int, int]]:
         """``(document, start, stop)`` of each document piece in sequence ``index``, in order:
@@ -358,19 +400,24 @@ class PackedDocuments(_TokenCorpus):
         ids = np.full(length, self.pad_id, dtype=np.int64)
         labels = np.full(length, IGNORE_INDEX, dtype=np.int64)
         positions = np.empty(length, dtype=np.int64)
-        at = 0
-        for doc, start, stop in self._packing.segments(self._check_index(index)):
+        at, ends = 0, 0  # ends: the documents here that end with eos_id
+        segments = self._packing.segments(self._check_index(index))
+        for doc, start, stop in segments:
             n = stop - start
             whole = stop == self._bounds[doc + 1]  # else a piece: its last label comes next
             tokens = self._read(start, stop if whole else stop + 1)
-            if whole and self.eos_id is not None and tokens[-1] != self.eos_id:
-                self._not_eos(doc, stop)
+            if whole and self.eos_id is not None and doc not in self._tails:
+                if tokens[-1] != self.eos_id:
+                    self._not_indexed(doc, stop - 1, inside=False)
+                ends += 1
             ids[at : at + n] = tokens[:n]
             labels[at : at + n - 1] = tokens[1:n]
             if not whole:
                 labels[at + n - 1] = tokens[n]
             positions[at : at + n] = self._arange[:n]
             at += n
+        if self.eos_id is not None and np.count_nonzero(ids[:at] == self.eos_id) != ends:
+            self._eos_inside(segments)  # one compare for the item: the index still holds
         positions[at:] = self._arange[: length - at]
         return {
             "input_ids": torch.from_numpy(ids),
@@ -378,17 +425,31 @@ class PackedDocuments(_TokenCorpus):
             "position_ids": torch.from_numpy(positions),
         }
 
-    def _not_eos(self, doc: int, stop: int) -> None:
-        if doc in self._tails:
-            return
-        k = self._reader.file_at(stop - 1)
+    def _eos_inside(self, segments: list[_packing.Segment]) -> None:
+        """Raise naming the first eos_id before the last token of one of ``segments``."""
+        for doc, start, stop in segments:
+            last = stop - 1 if stop == self._bounds[doc + 1] else stop  # a piece: all inside
+            inner = np.flatnonzero(self._reader.read(start, last) == self.eos_id)
+            if len(inner):
+                self._not_indexed(doc, start + int(inner[0]), inside=True)
+
+    def _not_indexed(self, doc: int, at: int, inside: bool) -> None:
+        """Raise: the token at position ``at`` of document ``doc`` is eos_id before its last
+        token (``inside``), or its last token is not eos_id."""
+        k = self._reader.file_at(at)
         f = self._reader.files[k]
+        offset = at - self._reader.starts[k]
         assert self.eos_id is not None  # only called with one
+        problem = (
+            f"token {offset} of the file, inside document {doc}, is eos_id {self.eos_id}, but "
+            f"its document index ends that document later"
+            if inside
+            else f"its document index ends document {doc} at token {offset + 1}, but the token "
+            f"before it is not eos_id {self.eos_id}"
+        )
         raise ValueError(
-            f"token file {f.name}: its document index ends document {doc} at token "
-            f"{stop - self._reader.starts[k]}, but the token before it is not eos_id "
-            f"{self.eos_id}; the index does not describe this file (edited, or the file "
-            f"rewritten with its old size and mtime). "
+            f"token file {f.name}: {problem}; the index does not describe this file (edited, or "
+            f"the file rewritten with its old size and mtime), so labels would cross documents. "
             + _tokenindex.rebuild_hint(f.name, self.eos_id, self.dtype)
         )
 

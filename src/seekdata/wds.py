@@ -75,6 +75,10 @@ class TarShards(Dataset[dict[str, Any]]):
     the dataset can be handed to DataLoader workers.
     """
 
+    #: Read by the loader when the shards grow (docs/growth.md): shards appended after the
+    #: old ones keep every old sample; checked: a growth must be by whole shards.
+    append_stable = True
+
     def __init__(
         self,
         urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],

@@ -246,11 +246,6 @@ class KeyedEngine:
             S.K_SAMPLE_SEED: seed,
         }
 
-    def signature(self) -> str | None:
-        """The dataset's ``stream_signature`` (a :class:`seekdata.Mixture`'s), if it has one."""
-        sig = getattr(self.keyed.dataset, "stream_signature", None)
-        return sig if isinstance(sig, str) else None
-
     def state_dict(self) -> dict[str, Any]:
         S.check_in_order(self.loader.in_order)
         now = self.cursor.now  # one value: a state_dict() from another thread is never torn
@@ -263,16 +258,9 @@ class KeyedEngine:
             S.K_WORLD_SIZE: self.world_size(),
             S.K_ORIGIN: self.cursor.origin_field(now),
             **({S.K_SKIPS: [list(p) for p in now.skips]} if now.skips else {}),
-            **({S.K_DATASET: sig} if (sig := self.signature()) is not None else {}),
             **self.grown_field(),
-            **self.stream_records(now.epoch, now.position),
+            **C.stream_records(self.keyed.dataset, now.epoch, now.position),
         }
-
-    def stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
-        """A :class:`seekdata.Mixture`'s record of its changes at the cursor (prefix, history):
-        written only for a mixture with changes (``always``: for the check at load)."""
-        records = getattr(self.keyed.dataset, "_stream_records", None)
-        return records(epoch, position, always) if callable(records) else {}
 
     def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
         where = "StatefulDataLoader.load_state_dict"
@@ -288,14 +276,8 @@ class KeyedEngine:
         if self.owns_sampler and not self.seed_explicit:  # the seed to adopt must be one seed
             S.check_one_seed(state, where)
         self.check(state, expected, where, strict)
-        if state[S.K_KIND] == "loader":  # a Mixture's (or token corpus's) own stream: the same?
-            here = self.stream_records(state[S.K_EPOCH], state[S.K_POSITION], always=True)
-            if here:  # a mixture: a state that agrees on the stream consumed is accepted
-                C.check_mixture(state, self.signature(), here[S.K_PREFIX],
-                                here.get(S.K_HISTORY, []), type(self.keyed.dataset), where,
-                                strict)  # fmt: skip
-            else:
-                S.check_dataset(state, self.signature(), type(self.keyed.dataset), where, strict)
+        # the dataset's own stream (a Mixture's, a token corpus's): the same, as it was then?
+        C.check_stream(state, self.keyed.dataset, then.get(S.K_N), where, strict)
         batch = S.check_step(state, self.max_step(state), where)
         # everything is valid: only now change the engine
         self.detach_live()

@@ -113,9 +113,13 @@ class SeekableEngine(KeyedEngine):
     ) -> tuple[dict[str, Any], tuple[Any, ...]]:
         sampler = self.sampler
         if grow:
-            growths = _statecheck.growth_at(state, sampler.growths, sampler.n, where)
+            growths = _statecheck.growth_at(
+                state, sampler.growths, sampler.n, where, sampler.dataset
+            )
             return sampler.fields_then(int(state[S.K_N])), growths
-        n_then, growths = _statecheck.check_grown(state, sampler.growths, sampler.n, where)
+        n_then, growths = _statecheck.check_grown(
+            state, sampler.growths, sampler.n, where, sampler.dataset
+        )
         return (sampler.fields_then(n_then) if n_then != sampler.n else {}), growths
 
     def adopt_growths(self, growths: tuple[Any, ...]) -> None:

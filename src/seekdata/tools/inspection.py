@@ -57,7 +57,7 @@ def fingerprint(state: Mapping[str, Any]) -> str:
         )
     fields = STREAM_FIELDS + (LOADER_STREAM_FIELDS if state.get(S.K_KIND) == "loader" else ())
     chosen = {key: state.get(key) for key in fields}
-    if S.K_DATASET in state:  # a Mixture's signature: only where present (older digests hold)
+    if S.K_DATASET in state:  # the dataset's signature: only where present (older digests hold)
         chosen[S.K_DATASET] = state[S.K_DATASET]
     canonical = json.dumps(chosen, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
@@ -218,8 +218,9 @@ def format_state(d: dict[str, Any]) -> str:
         if isinstance(g, list) and len(g) == 3:  # declare it for an earlier checkpoint
             rows.append(("grew", f"from {g[2]} items at epoch {g[0]}, position {g[1]}  "
                          f"(seekdata.Growth({g[0]}, {g[1]}, {g[2]}))"))  # fmt: skip
-    if S.K_DATASET in d:
-        rows.append(("mixture", d[S.K_DATASET]))
+    if S.K_DATASET in d:  # a Mixture's signature, or another dataset's (a token corpus)
+        mixture = str(d[S.K_DATASET]).startswith("Mixture(")
+        rows.append(("mixture" if mixture else "dataset", d[S.K_DATASET]))
     history = d.get(S.K_HISTORY)
     if isinstance(history, list) and history:
         rows.append(("history", _history_text(history)))
