@@ -304,6 +304,48 @@ def test_token_files_in_another_order_are_another_corpus(tmp_path: pathlib.Path)
         assert loader.state_dict() == before
 
 
+def test_a_packed_seq_len_the_packer_cannot_hold_is_refused(tmp_path: pathlib.Path) -> None:
+    names = write(tmp_path, documents([5, 9, 3]), [])
+    with pytest.raises(ValueError, match="seq_len must be at most 16,777,216"):
+        PackedDocuments(names, 10**12, eos_id=EOS)
+    assert len(PackedDocuments(names, 100, eos_id=EOS)[0]["position_ids"]) == 100
+
+
+def test_token_files_in_another_order_inside_a_mixture_are_refused(tmp_path: pathlib.Path) -> None:
+    """The mixture's own signature (sizes, weights, seed) cannot see a source rebuilt on its
+    files in another order: each source's signature is recorded beside it, for loader and
+    sampler states alike, and a mismatch is refused, leaving the loader as it was."""
+    docs = documents([5, 9, 3, 12, 7, 4, 6, 8, 10, 5, 11, 3])
+    names = write(tmp_path, docs, [3, 6, 9])
+    shuffled = [names[2], names[0], names[3], names[1]]
+
+    def mixture(files: list[str], pad: int = PAD) -> seekdata.Mixture:
+        other = list(range(30))
+        packed = PackedDocuments(files, 8, eos_id=EOS, pad_id=pad)
+        return seekdata.Mixture({"web": other, "code": packed}, weights=[1, 1], length=40)
+
+    saved = mixture(names)
+    first = seekdata.StatefulDataLoader(saved, batch_size=2, seed=1, collate_fn=list)
+    it = iter(first)
+    next(it)
+    sampler = seekdata.DistributedSampler(saved, 1, 0, shuffle=False, seed=1)
+    sampler_state = json.loads(json.dumps(sampler.state_dict()))
+    for state in (json.loads(json.dumps(first.state_dict())), sampler_state):
+        assert state["sources"] == [[1, len(saved.datasets[1]), saved.datasets[1].stream_signature]]
+        again = seekdata.StatefulDataLoader(mixture(names), batch_size=2, seed=1, collate_fn=list)
+        again.load_state_dict(state)  # the same files in the same order: accepted
+        for other in (mixture(shuffled), mixture(names, pad=7)):
+            loader = seekdata.StatefulDataLoader(other, batch_size=2, seed=1, collate_fn=list)
+            before = loader.state_dict()
+            with pytest.raises(seekdata.StateMismatchError, match="source 'code' is not the data"):
+                loader.load_state_dict(state)
+            assert loader.state_dict() == before
+    with pytest.raises(seekdata.StateMismatchError, match="source 'code'"):
+        seekdata.DistributedSampler(mixture(shuffled), 1, 0, shuffle=False, seed=1).load_state_dict(
+            sampler_state
+        )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "world", "batch"), [("packed", 4, 2), ("mixture", 1, 8)])
 def test_a_world_size_change_with_the_same_global_batch_repeats_every_batch(

@@ -33,6 +33,7 @@ import numpy as np
 import torch.utils.data
 
 from seekdata import _globalrng, _mixchange, _sample, rng
+from seekdata._growth import signature_then
 from seekdata._keys import check_counter, is_int, sample_seeds
 from seekdata._mixgrowth import SourceLengths, grown_sources
 from seekdata._schedule import (
@@ -260,6 +261,29 @@ class Mixture(torch.utils.data.Dataset):
         prefix signature there is the same (it agrees on everything consumed)."""
         stream = check_counter(position, "position", "Mixture.prefix_signature")
         return _mixchange.prefix_signature(self, stream)
+
+    def source_signatures(self) -> list[list[Any]]:
+        """Read by the loader: ``[source id, length, stream_signature]`` of each source that
+        defines its own stream (a token corpus, tar shards), so a state saved over this mixture
+        refuses the same source rebuilt on other data (token files in another order)."""
+        if "sources" not in self._memo:
+            out = []
+            for k, ds in enumerate(self.datasets):
+                signature = None if isinstance(ds, _mixchange.Gone) else signature_then(ds, None)
+                if signature is not None:
+                    out.append([self.source_ids[k], self.sizes[k], signature])
+            self._memo["sources"] = out
+        return [list(entry) for entry in self._memo["sources"]]
+
+    def source_with_id(self, source_id: int) -> tuple[str, Any] | None:
+        """``(label, dataset)`` of the source with id ``source_id``; None when it has none or
+        it was removed (``Mixture.gone``: never read again)."""
+        if source_id not in self.source_ids:
+            return None
+        k = self.source_ids.index(source_id)
+        if isinstance(self.datasets[k], _mixchange.Gone):
+            return None
+        return (repr(self.names[k]) if self.names is not None else str(k)), self.datasets[k]
 
     def _stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
         """Read by the loader: the state keys of a mixture with changes, at its cursor."""

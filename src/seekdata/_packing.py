@@ -31,6 +31,8 @@ import numpy as np
 #: Documents per packing block. Part of the packing's definition: changing it changes which
 #: documents share a sequence (and :data:`PACKING_VERSION`).
 BLOCK = 1 << 16
+#: Longest ``seq_len`` packed: the packer keeps O(seq_len) counts (2**24 = 16,777,216 tokens).
+MAX_SEQ_LEN = 1 << 24
 #: Bumped whenever the packing changes; it is part of ``PackedDocuments.stream_signature``.
 PACKING_VERSION = 1
 

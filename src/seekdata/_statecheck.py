@@ -24,6 +24,7 @@ from seekdata.state import (
     K_ORIGIN,
     K_POSITION,
     K_PREFIX,
+    K_SOURCES,
     K_WORLD_SIZE,
     StateMismatchError,
     check_dataset,
@@ -313,6 +314,10 @@ def stream_records(dataset: Any, epoch: int, position: int) -> dict[str, Any]:
     records = getattr(dataset, "_stream_records", None)
     if callable(records):
         out.update(records(epoch, position))
+    sources = getattr(dataset, "source_signatures", None)
+    signed = sources() if callable(sources) else []
+    if signed:
+        out[K_SOURCES] = signed
     return out
 
 
@@ -326,6 +331,7 @@ def check_stream(
     sampler state without a signature (written before samplers recorded one) is not checked."""
     if state.get(K_KIND) == "sampler" and K_DATASET not in state and K_PREFIX not in state:
         return
+    _check_sources(state, dataset, where, strict)
     records = getattr(dataset, "_stream_records", None)
     here = records(state[K_EPOCH], state[K_POSITION], True) if callable(records) else {}
     if here:  # a mixture: a state that agrees on the stream consumed is accepted
@@ -341,6 +347,41 @@ def check_stream(
         else ""
     )
     check_dataset(state, signature, type(dataset), where, strict, detail)
+
+
+def _check_sources(state: Mapping[str, Any], dataset: Any, where: str, strict: bool) -> None:
+    """Each source of a mixture recorded with its own stream (:data:`K_SOURCES`) against the
+    source with that id here: its first ``length`` items must be what they were. A source
+    removed since (``Mixture.gone``) or absent is not read, so not checked; a state without the
+    record (an older release, or no source with a stream) is not checked."""
+    recorded = state.get(K_SOURCES)
+    find = getattr(dataset, "source_with_id", None)
+    if not recorded or not callable(find):
+        return
+    for entry in recorded:
+        if not (isinstance(entry, list) and len(entry) == 3 and _is_int(entry[0])
+                and _is_int(entry[1]) and isinstance(entry[2], str)):  # fmt: skip
+            raise StateMismatchError(
+                f"{where}: each of state[{K_SOURCES!r}] must be [source id, length, "
+                f"signature]; got {entry!r}; pass an unmodified state_dict()"
+            )
+        found = find(entry[0])
+        if found is None:
+            continue
+        label, source = found
+        now = signature_then(source, entry[1]) if len(source) >= entry[1] else None
+        if now == entry[2]:
+            continue
+        problem = (
+            f"source {label} is not the data the checkpoint read: the signature of its first "
+            f"{entry[1]} items is {now!r} here but {entry[2]!r} in the checkpoint"
+        )
+        if strict:
+            raise StateMismatchError(
+                f"{where}: {problem}; build that source on the same files in the same order "
+                f"(sort a glob), or strict=False to continue over this data from the cursor"
+            )
+        warn_caller(f"{where}: {problem}; continuing (strict=False) over this data")
 
 
 def _is_int(value: Any) -> TypeGuard[int]:

@@ -87,6 +87,11 @@ K_PREFIX = "prefix"
 #: (``at``, ``epoch``, ``position``, ``digest``, and ``added``/``removed``/``grown``/``weights``
 #: where they apply), for error messages and ``seekdata inspect``. Absent otherwise.
 K_HISTORY = "history"
+#: Written over a :class:`seekdata.Mixture` whose sources define their own streams (token
+#: corpora, tar shards): ``[[source id, length, stream_signature], ...]``, one per such source
+#: as it stands now. At load each source still present must have the same first ``length`` items
+#: (token files in another order inside a mixture are refused). Absent otherwise.
+K_SOURCES = "sources"
 
 
 class StateMismatchError(ValueError):
@@ -115,6 +120,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     K_GROWN: list,
     K_PREFIX: str,
     K_HISTORY: list,
+    K_SOURCES: list,
 }
 
 _FIX = {

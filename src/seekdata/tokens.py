@@ -76,7 +76,8 @@ class _TokenCorpus(Dataset[_Sample]):
                 f"{self.seq_len + 1} (a window and its next token); pass a smaller seq_len or "
                 "more files"
             )
-        self._arange = np.arange(self.seq_len + 1, dtype=np.int64)
+        # positions 0 .. L, shared by every item; no document is longer than the corpus
+        self._arange = np.arange(min(self.seq_len, self.num_tokens) + 1, dtype=np.int64)
 
     def _token_id(self, value: Any, name: str) -> int:
         info = np.iinfo(self.dtype)
@@ -280,6 +281,12 @@ class PackedDocuments(_TokenCorpus):
     ) -> None:
         where = self._where
         self._setup(files, seq_len, dtype, vocab_size)
+        if self.seq_len > _packing.MAX_SEQ_LEN:  # the packer counts documents per length
+            raise ValueError(
+                f"{where}: seq_len must be at most {_packing.MAX_SEQ_LEN:,} tokens (the packing "
+                f"keeps a count per length up to seq_len); got {self.seq_len:,}; pass the "
+                f"tokens per sequence your model takes, e.g. 2048"
+            )
         self.pad_id = self._token_id(pad_id, "pad_id")
         if not isinstance(rebuild_index, bool):
             raise TypeError(f"{where}: rebuild_index must be a bool, got {rebuild_index!r}")
@@ -418,7 +425,8 @@ class PackedDocuments(_TokenCorpus):
             at += n
         if self.eos_id is not None and np.count_nonzero(ids[:at] == self.eos_id) != ends:
             self._eos_inside(segments)  # one compare for the item: the index still holds
-        positions[at:] = self._arange[: length - at]
+        pad = length - at  # the padding's positions restart once
+        positions[at:] = self._arange[:pad] if pad < len(self._arange) else np.arange(pad)
         return {
             "input_ids": torch.from_numpy(ids),
             "labels": torch.from_numpy(labels),
