@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from seekdata._dist import exit_finished_rank
+from seekdata._core.dist import exit_finished_rank
 from seekdata.checkpoint import CheckpointManager, load_on_every_rank, save_on_rank0
 
 

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 import seekdata
-from seekdata._dist import exit_finished_rank
+from seekdata._core.dist import exit_finished_rank
 
 N = 96
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from seekdata._dist import exit_finished_rank
+from seekdata._core.dist import exit_finished_rank
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 import seekdata
-from tests._mixsched_worker import Source, main
+from tests.scripts._mixsched_worker import Source, main
 
 LENGTH = 36  # 6 global steps of 6 per mixture epoch
 AT = 12  # where "save" stops: 2 global steps of 6

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 import seekdata
-from seekdata._dist import exit_finished_rank
+from seekdata._core.dist import exit_finished_rank
 
 LENGTH = 36  # 6 global steps of 6 per mixture epoch
 #: changes inside a step and inside the second epoch: source 2 starts at 14, source 0 stops at

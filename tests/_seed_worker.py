@@ -15,11 +15,11 @@ import sys
 import torch
 import torch.distributed as dist
 
-from seekdata._dist import exit_finished_rank
+from seekdata._core.dist import exit_finished_rank
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 import seekdata
-from tests._datasets import GlobalRNGAug
+from tests.helpers.datasets import GlobalRNGAug
 
 
 def main() -> None:

@@ -14,10 +14,10 @@ import pathlib
 import sys
 
 import torch.distributed as dist
+from seekdata.tokens import PackedDocuments, TokenWindows
 
 import seekdata
-from seekdata._dist import exit_finished_rank
-from seekdata.tokens import PackedDocuments, TokenWindows
+from seekdata._core.dist import exit_finished_rank
 
 SEQ_LEN, EOS = 16, 1
 

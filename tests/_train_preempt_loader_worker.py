@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import seekdata
-from seekdata._dist import exit_finished_rank
+from seekdata._core.dist import exit_finished_rank
 from seekdata.checkpoint import CheckpointManager, load_on_every_rank
 
 SEED, BATCH, READY_AT = 5, 4, 3

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from seekdata._dist import exit_finished_rank
+from seekdata._core.dist import exit_finished_rank
 from seekdata.checkpoint import load_on_every_rank, save_on_rank0
 from seekdata.preemption import PreemptionHandler
 from seekdata.training import set_step_rng

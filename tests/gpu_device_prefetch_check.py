@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 import seekdata
-from seekdata._device import move
+from seekdata._loader.device import move
 from seekdata.testing import first_difference
 
 Pair = collections.namedtuple("Pair", ["image", "label"])

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import seekdata
-from seekdata import _keys, rng
+from seekdata import rng
+from seekdata._core import rngkeys as _keys
 
 N, BATCH = 40, 4  # 10 steps an epoch
 

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from seekdata import _ckptfile, _dist, checkpoint
+from seekdata import checkpoint
+from seekdata._core import dist as _dist
 from seekdata.checkpoint import CheckpointCorruptError, CheckpointManager, load, save, verify
-from tests._ckpt_launch import gloo_job
+from seekdata.checkpoint import files as _ckptfile
+from tests.scripts._ckpt_launch import gloo_job
 
 OBJ = {"w": torch.arange(12.0).reshape(3, 4), "step": 7, "name": "run", "cfg": {"lr": 0.1}}
 

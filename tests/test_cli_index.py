@@ -11,10 +11,10 @@ import tarfile
 
 import pytest
 import webdataset as wds
-
-import seekdata._tarindex as tarindex
-from seekdata.tools.cli import build_parser, main
 from seekdata.wds import TarShards
+
+import seekdata.sources.wds.tarindex as tarindex
+from seekdata.tools.cli import build_parser, main
 
 
 def write_shards(directory: pathlib.Path, n_shards: int = 4, per_shard: int = 5) -> str:

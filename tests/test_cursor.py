@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import seekdata
-from seekdata._cursor import Cursor
+from seekdata._core.cursor import Cursor
 
 
 def test_begin_rolls_over_only_after_the_iterator_finished_and_no_set_epoch() -> None:

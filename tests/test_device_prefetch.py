@@ -22,8 +22,8 @@ import pytest
 import torch
 
 import seekdata
-from seekdata import _device
-from seekdata._fetch import FailedBatch
+from seekdata._loader import device as _device
+from seekdata._loader.fetch import FailedBatch
 from seekdata.testing import assert_exact_resume, first_difference
 
 BAD = {4, 11}  # samples of Noisy(bad=True) that raise

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from tests.test_distributed import run_ranks
+from tests.helpers.ranks import run_ranks
 
 HERE = pathlib.Path(__file__).resolve().parent
 STEPS, SAVE_AT = 10, 3  # 6 global steps per epoch: the resumed run crosses an epoch end

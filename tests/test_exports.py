@@ -156,10 +156,10 @@ def test_the_core_imports_neither_the_tools_nor_the_integrations() -> None:
 def test_the_transforms_take_their_streams_from_rng_not_from_the_loaders_internals() -> None:
     graph = _graph()
     transforms = [name for name in graph if name.split(".")[:2] == ["seekdata", "transforms"]]
-    assert transforms and all("seekdata._fetch" not in graph[name] for name in transforms)
+    assert transforms and all("seekdata._loader.fetch" not in graph[name] for name in transforms)
     # the orders and training-side streams derive from the key primitive, not the loader
-    assert all("seekdata._keys" in graph[n] for n in ("seekdata.order", "seekdata.training"))
-    assert all("seekdata._fetch" not in graph[n] for n in ("seekdata.order", "seekdata.training"))
+    assert all("seekdata._core.rngkeys" in graph[n] for n in ("seekdata.order", "seekdata.training"))
+    assert all("seekdata._loader.fetch" not in graph[n] for n in ("seekdata.order", "seekdata.training"))
 
 
 # --- the path of one batch ------------------------------------------------------------------
@@ -201,7 +201,7 @@ def test_one_batch_reaches_the_cursor_in_few_hops_and_only_the_engine_moves_it()
 
 
 def test_no_private_name_is_imported_across_modules() -> None:
-    """Private modules (``seekdata._keys``) are imported by name; a private name inside one
+    """Private modules (``seekdata._core.rngkeys``) are imported by name; a private name inside one
     (``_source``, ``_adopt``) is that module's own: another module that needs it gets a
     public name for it."""
     root = pathlib.Path(seekdata.__file__).parent

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seekdata.order import make_order
 
 import seekdata
 from seekdata import Growth, StateMismatchError
-from seekdata._growth import GrownOrder
-from seekdata.order import make_order
+from seekdata._core.growth import GrownOrder
 
 N0, N1, B = 20, 29, 3
 
@@ -245,7 +245,7 @@ def test_a_growth_epoch_is_a_permutation_keeping_what_was_consumed(
     if same_epoch:  # growths in one epoch, at increasing positions, each before its end
         at = sorted(min(c, s - 1) for c, s in zip(cuts, sizes[:-1], strict=False))
         growths = tuple(Growth(0, p, s) for p, s in zip(at, sizes[:-1], strict=False))
-    growths = seekdata._growth.check_growths(list(growths), n, "test")
+    growths = seekdata._core.growth.check_growths(list(growths), n, "test")
 
     def over(size: int):
         return make_order(kind, size, 9, shuffle=kind != "sequential")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import seekdata
-from tests._ckpt_launch import gloo_job
+from tests.scripts._ckpt_launch import gloo_job
 
 accelerate = pytest.importorskip("accelerate")
 integration = importlib.import_module("seekdata.integrations.accelerate")  # ours: never skipped

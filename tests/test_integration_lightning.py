@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import seekdata
-from tests._fresh import run_fresh
+from tests.scripts._fresh import run_fresh
 
 pytest.importorskip("lightning")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._ckpt_launch import gloo_job
-from tests._fresh import run_fresh
+from tests.scripts._ckpt_launch import gloo_job
+from tests.scripts._fresh import run_fresh
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")

@@ -15,13 +15,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seekdata.wds import TarShards
 
 import seekdata
-from seekdata import _mixtree, rng
+from seekdata import rng
+from seekdata.sources.mixtures import tree as _mixtree
 from seekdata.testing import assert_exact_resume
 from seekdata.tools.inspection import fingerprint
-from seekdata.wds import TarShards
-from tests.test_wds import write_shards
+from tests.helpers.shards import write_shards
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "mixture.json"
 

@@ -14,14 +14,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seekdata.order import Feistel, make_order
 
 import seekdata
-from seekdata._mixgrowth import SourceLengths
-from seekdata.order import Feistel, make_order
+from seekdata.sources.mixtures.growth import SourceLengths
 from seekdata.testing import assert_exact_resume
-from tests.test_distributed import run_ranks
-from tests.test_mixture import Source
-from tests.test_mixture_schedule import bounded
+from tests.helpers.mixtures import Source, bounded
+from tests.helpers.ranks import run_ranks
 
 HERE = pathlib.Path(__file__).resolve().parent
 NEW = {"code": 1, "maths": 2, "books": 1}  # from the change on: web removed, books added
@@ -181,7 +180,7 @@ def test_a_ddp_run_changed_at_resume_continues_on_another_world_size(
     """Real gloo ranks: the old mixture saved on 2 ranks x 3; ``changed(state)`` resumed on
     3 ranks x 2 (the same global batch of 6): every later global step holds the samples, with
     the same randomness, of a 2-rank run of the changed mixture from the start."""
-    from tests._mixchange_worker import AT, changed
+    from tests.scripts._mixchange_worker import AT, changed
 
     def run(world: int, mode: str, batch: int, steps: int, name: str) -> list:
         out = tmp_path / f"{name}.json"
@@ -389,7 +388,7 @@ def test_state_after_ten_changes_stays_small() -> None:
 def test_the_changes_benchmark_runs_and_its_state_stays_small(tmp_path: pathlib.Path) -> None:
     """benchmarks/mixture.py --only-schedule writes the rows docs/mixtures.md cites for 10
     changes (no timing is asserted): the history holds 10 records and the state <= 4 KB."""
-    from tests.test_bench_scripts import script
+    from tests.helpers.scripts import script
 
     script("mixture.py", "--only-schedule", "--quick", "--out", str(tmp_path / "m.json"))
     rows = json.loads((tmp_path / "mixture_schedule.json").read_text())["changes"]

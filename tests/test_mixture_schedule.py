@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seekdata.order import Feistel
 
 import seekdata
-from seekdata.order import Feistel
 from seekdata.testing import assert_exact_resume
-from tests.test_bench_scripts import script
-from tests.test_distributed import run_ranks
-from tests.test_mixture import Source
+from tests.helpers.mixtures import Source
+from tests.helpers.ranks import run_ranks
+from tests.helpers.scripts import script
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -304,7 +304,7 @@ def test_a_ddp_run_across_changes_resumes_on_another_world_size(tmp_path: pathli
     """Real gloo ranks: saved on 2 ranks x 3, resumed on 3 ranks x 2 (the same global batch of
     6); every later global step, across a change inside a step and one in the second epoch,
     holds the same samples with the same randomness."""
-    from tests._mixsched_worker import SCHEDULE, mixture
+    from tests.scripts._mixsched_worker import SCHEDULE, mixture
 
     def run(world: int, mode: str, batch: int, steps: int, name: str) -> list:
         out = tmp_path / f"{name}.json"

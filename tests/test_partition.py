@@ -7,7 +7,7 @@ import torch.utils.data
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seekdata import _partition as P
+from seekdata._core import partition as P
 
 sizes = st.integers(1, 300)
 worlds = st.integers(1, 9)

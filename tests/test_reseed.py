@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import seekdata
-from seekdata import _globalrng, _keys, rng
-from tests._datasets import GlobalRNGAug
+from seekdata import rng
+from seekdata._core import globalrng as _globalrng
+from seekdata._core import rngkeys as _keys
+from tests.helpers.datasets import GlobalRNGAug
 
 
 def _draws(reseed: object, num_workers: int = 0) -> list[dict[str, torch.Tensor]]:

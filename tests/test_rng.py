@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import seekdata
-from seekdata import _keys, rng
+from seekdata import rng
+from seekdata._core import rngkeys as _keys
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "rng.json").read_text())
 

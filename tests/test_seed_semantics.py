@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import seekdata
-from tests._datasets import GlobalRNGAug, batches_equal
-from tests.test_distributed import run_ranks
+from tests.helpers.datasets import GlobalRNGAug, batches_equal
+from tests.helpers.ranks import run_ranks
 
 HERE = pathlib.Path(__file__).resolve().parent
 

@@ -9,7 +9,7 @@ import torch
 
 import seekdata
 from seekdata import StateMismatchError
-from tests._datasets import GlobalRNGAug, batches_equal
+from tests.helpers.datasets import GlobalRNGAug, batches_equal
 
 N, B = 10, 3  # 4 batches per epoch, the last one short
 

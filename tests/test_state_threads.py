@@ -20,7 +20,7 @@ def test_a_move_landing_in_the_middle_of_state_dict_changes_nothing_it_returns()
     """Deterministic: another thread's move (here an epoch roll-over) lands right after
     state_dict() first reads the cursor; what it returns is the state before the move, or the
     state after it, never a mix (e.g. the old epoch with the new epoch's position)."""
-    from seekdata._cursor import Cursor
+    from seekdata._core.cursor import Cursor
 
     loader = seekdata.StatefulDataLoader(torch.arange(N), batch_size=B, seed=0, step_rng=False)
     it = iter(loader)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import seekdata
-from tests._datasets import GlobalRNGAug, batches_equal
+from tests.helpers.datasets import GlobalRNGAug, batches_equal
 
 
 def indices(batches: list) -> list[int]:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import seekdata
-from seekdata._keys import step_seed
+from seekdata._core.rngkeys import step_seed
 
 
 class Noisy(torch.utils.data.Dataset):

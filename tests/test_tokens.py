@@ -22,12 +22,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seekdata.tokens import IGNORE_INDEX, PackedDocuments, TokenWindows
 
 import seekdata
-from seekdata import _packing, _tokenindex
+from seekdata.sources.tokens import index as _tokenindex
+from seekdata.sources.tokens import packing as _packing
 from seekdata.testing import assert_exact_resume
-from seekdata.tokens import IGNORE_INDEX, PackedDocuments, TokenWindows
-from tests.test_distributed import run_ranks
+from tests.helpers.ranks import run_ranks
 
 HERE = pathlib.Path(__file__).resolve().parent
 EOS, PAD = 1, 0

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import seekdata
-from tests._datasets import GlobalRNGAug, batches_equal
+from tests.helpers.datasets import GlobalRNGAug, batches_equal
 
 Loader = seekdata.StatefulDataLoader
 

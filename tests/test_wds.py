@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import seekdata.wds as sw
 import torch
 import webdataset as wds
-
-import seekdata._tarindex as tarindex
-import seekdata.wds as sw
 from seekdata.wds import TarShards
+
+import seekdata.sources.wds.tarindex as tarindex
 
 N_SHARDS, PER_SHARD = 5, 20
 

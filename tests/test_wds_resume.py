@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 import webdataset as wds
+from seekdata.order import Shards
+from seekdata.wds import TarShards
 
 import seekdata
-from seekdata.order import Shards
 from seekdata.testing import assert_exact_resume
 from seekdata.transforms import TransformedDataset
-from seekdata.wds import TarShards
 
 SIZES = (7, 3, 9, 7, 1, 8)  # samples per shard: uneven on purpose, one shard of 1
 N = sum(SIZES)

@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from seekdata import _dist
-from seekdata._keys import is_int
+from seekdata._core import dist as _dist
+from seekdata._core.rngkeys import is_int
 
 __all__ = [
     "PreemptionHandler",

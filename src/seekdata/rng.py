@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from seekdata import _globalrng
-from seekdata._globalrng import seed_globals
-from seekdata._keys import (
+from seekdata._core import globalrng as _globalrng
+from seekdata._core.globalrng import seed_globals
+from seekdata._core.rngkeys import (
     BATCH,
     ORDER,
     READ,
@@ -53,8 +53,8 @@ from seekdata._keys import (
     mix_keyed,
     read_seeds,
 )
-from seekdata._sample import enter_sample, nest, read_stream, sample_rng, unnest
-from seekdata._streams import STREAMS, Stream
+from seekdata._core.sample import enter_sample, nest, read_stream, sample_rng, unnest
+from seekdata._core.streams import STREAMS, Stream
 
 __all__ = [
     "BATCH",

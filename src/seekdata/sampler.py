@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from seekdata import _dist, _statecheck
-from seekdata import _partition as P
-from seekdata import state as S
-from seekdata._cursor import Cursor
-from seekdata._growth import GrownOrder, Growth, check_growths, first_items, pad_origin
-from seekdata._keys import check_counter, check_int
-from seekdata.order import Order, make_order
+from seekdata._core import dist as _dist
+from seekdata._core import partition as P
+from seekdata._core import reshape as _statecheck
+from seekdata._core import state as S
+from seekdata._core.cursor import Cursor
+from seekdata._core.growth import GrownOrder, Growth, check_growths, first_items, pad_origin
+from seekdata._core.orders import Order, make_order
+from seekdata._core.rngkeys import check_counter, check_int
 
 __all__ = ["DistributedSampler"]
 
@@ -141,7 +142,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         num_replicas, rank = _dist.world(num_replicas, rank, where=where)
         self._shard(num_replicas, rank)
 
-    # --- the cursor (seekdata._cursor.Cursor holds it and its epoch-end rules) -------------------
+    # --- the cursor (seekdata._core.cursor.Cursor holds it and its epoch-end rules) -------------------
 
     @property
     def epoch(self) -> int:
@@ -343,6 +344,6 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         return {S.K_N: n, S.K_ORDER: spec}
 
     def grow(self, growths: tuple[Growth, ...]) -> None:
-        """Adopt ``growths`` (checked: :func:`seekdata._growth.check_growths`)."""
+        """Adopt ``growths`` (checked: :func:`seekdata._core.growth.check_growths`)."""
         self.growths = growths
         self.order = self._make_order(self.seed)

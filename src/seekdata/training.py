@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from seekdata import _dist
-from seekdata._keys import check_counter, key_words
+from seekdata._core import dist as _dist
+from seekdata._core.rngkeys import check_counter, key_words
 from seekdata.rng import seed_globals
 
 __all__ = ["RNG_FORMAT", "base_torch_seed", "capture_rng", "restore_rng", "set_step_rng"]

@@ -36,10 +36,10 @@ import torch.utils.data
 import transformers
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from seekdata import _statecheck
-from seekdata import state as S
+from seekdata._core import reshape as _statecheck
+from seekdata._core import state as S
+from seekdata._core.steprng import set_step_rng
 from seekdata.loader import StatefulDataLoader
-from seekdata.training import set_step_rng
 
 __all__ = ["STATE_FILE", "StepRNGCallback", "Trainer"]
 
