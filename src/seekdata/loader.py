@@ -1,8 +1,8 @@
 """StatefulDataLoader: torch's DataLoader as the engine, a cursor as the state.
 
 The loader plans each epoch from a seekable sampler's cursor, hands the engine
-:class:`~seekdata._loader.plan.PlannedBatch` objects (indices plus counters), and advances the cursor
-only for batches it has handed to the caller. Resume is an O(1) seek: nothing is replayed.
+:class:`~seekdata._loader.plan.PlannedBatch` objects (indices plus counters), and advances the
+cursor only for batches it has handed to the caller. Resume is an O(1) seek: nothing is replayed.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """The state schema: a cursor of a few JSON-native values, validated field by field.
 
-A seekdata state is a flat ``dict`` of ints, strs and bools. It survives ``json.dumps`` and
-``torch.load(weights_only=True)``, is identical on every rank, and never holds generator
-bytes: every random number is derived from the counters it holds.
+The public face is :mod:`seekdata.state`; its docstring is the user's guide to this module.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@
   epoch is planned by arithmetic and a resume is an O(1) seek;
 - :class:`~seekdata._loader.engines.replay.ReplayEngine`: any other sampler or batch sampler; the
   cursor counts batches and a resume replays their indices (never their data);
-- :class:`~seekdata._loader.engines.iterable.IterableEngine`: an ``IterableDataset``, run by torchdata's
-  loader, with worker RNG keyed by counters.
+- :class:`~seekdata._loader.engines.iterable.IterableEngine`: an ``IterableDataset``, run by
+  torchdata's loader, with worker RNG keyed by counters.
 
 Each holds a :class:`~seekdata._core.cursor.Cursor`, which alone applies the epoch-end rules.
 """

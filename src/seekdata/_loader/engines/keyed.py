@@ -3,8 +3,8 @@
 An iterator plans its epoch from the cursor (a :class:`~seekdata._loader.plan.Plan`, a value),
 hands torch's DataLoader the plan's batches (:class:`~seekdata._loader.plan.PlannedBatch`: indices
 plus counters) through :class:`_PlannedBatches`, and torch fetches them (workers, pinning,
-prefetch) through :class:`~seekdata._loader.fetch.KeyedDataset`. :class:`_LoaderIter` commits the plan
-to the cursor at its first batch and moves the cursor only for batches it has handed out; the
+prefetch) through :class:`~seekdata._loader.fetch.KeyedDataset`. :class:`_LoaderIter` commits the
+plan to the cursor at its first batch and moves the cursor only for batches it has handed out; the
 engine is the one caller of the cursor's moves.
 """
 

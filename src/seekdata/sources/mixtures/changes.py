@@ -3,8 +3,9 @@
 A change decided at resume is a schedule entry whose start is the resume position: other
 weights from there on, an added source (weight 0 before, so it starts at its beginning), a
 removed one (weight 0 from there on, its count frozen) or a source that grew (a per-source
-length table, :mod:`seekdata.sources.mixtures.growth`). :func:`changed` builds that mixture; the history
-*is* the code that builds it, so any checkpoint, earlier or later, resumes into one stream.
+length table, :mod:`seekdata.sources.mixtures.growth`). :func:`changed` builds that mixture;
+the history *is* the code that builds it, so any checkpoint, earlier or later, resumes into
+one stream.
 
 What a loader's state records (only for a mixture with changes; an unchanged mixture writes
 what it wrote before): the *prefix signature* of the stream consumed (:func:`prefix_signature`:

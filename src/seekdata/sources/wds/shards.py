@@ -1,16 +1,6 @@
 """Random access to webdataset tar shards.
 
-:class:`TarShards` is a map-style dataset over webdataset shards: ``len()`` is
-the number of samples in all shards, and ``ds[i]`` reads sample ``i`` (in shard
-order, then tar order) by seeking to its members' bytes, using a per-shard
-byte-offset index (built once; see :mod:`seekdata.sources.wds.tarindex` for the rules).
-Samples are the dicts ``webdataset.WebDataset(urls, shardshuffle=False)``
-yields, in the same order: ``__key__``, ``__url__``, ``__local_path__`` (local
-shards) and one entry per extension.
-
-Shard-aware orders read :attr:`TarShards.shard_sizes` and
-:attr:`TarShards.shard_starts`, so each worker can stream its shards
-sequentially while the epoch is still shuffled.
+The public face is :mod:`seekdata.wds`; its docstring is the user's guide to this module.
 """
 
 from __future__ import annotations
