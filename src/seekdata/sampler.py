@@ -123,9 +123,6 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.order: Order = self._make_order(self.seed)
         self.cursor = Cursor(self.n)
         self._shard(self.num_replicas, self.rank)
-        # set by a loader that owns a view of this sampler: (owns it, seed explicit, seed), for
-        # a framework that rebuilds the loader from its batch sampler (Lightning's DDP)
-        self._seekdata_view: tuple[bool, bool, int] | None = None
 
     def _shard(self, num_replicas: int, rank: int) -> None:
         split = _already_split(self.dataset, self.n, num_replicas)
@@ -142,7 +139,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         num_replicas, rank = _dist.world(num_replicas, rank, where=where)
         self._shard(num_replicas, rank)
 
-    # --- the cursor (seekdata._core.cursor.Cursor holds it and its epoch-end rules) -------------------
+    # --- the cursor (seekdata._core.cursor.Cursor holds it and its epoch-end rules) -----------
 
     @property
     def epoch(self) -> int:

@@ -1,8 +1,13 @@
-"""State checks of a resume on another shape: the global batch and how epochs are cut, a
-sampler that cannot seek on another world size, an iterable dataset's nested torchdata state,
-a framework's checkpoint without the loader's state or at another batch. The second half of
-:mod:`seekdata.state` (split for size): the engines and integrations supply the values, these
-validate them and word the errors."""
+"""The rules of resuming a valid state on a loader of another shape.
+
+A checkpoint that passed :func:`seekdata._core.state.check_state` is well formed; whether it
+resumes *here* depends on how this loader differs from the one that saved it: another world
+size or batch geometry (the global batch must stay, and epochs must be cut alike:
+:func:`global_batch`, :func:`check_geometry`), a sampler that cannot seek on another world
+size (:func:`check_replay_world`), an iterable dataset's per-rank stream
+(:func:`check_iterable`), a dataset that grew (:func:`check_grown`, :func:`growth_at`) and a
+mixture that changed (:func:`check_mixture`, :func:`describe_change`). The engines supply
+the values; these decide and word the errors (:class:`~seekdata.StateMismatchError`)."""
 
 from __future__ import annotations
 
@@ -34,8 +39,6 @@ __all__ = [
     "check_iterable",
     "check_mixture",
     "check_replay_world",
-    "check_resume_batch",
-    "check_saved",
     "describe_change",
     "global_batch",
     "growth_at",
@@ -186,28 +189,6 @@ def check_iterable(state: Mapping[str, Any], num_workers: int, world: int, where
             f"an IterableDataset's state is its own rank's stream, so it resumes only on the "
             f"same world size; resume on {state[K_WORLD_SIZE]} ranks, or use a map-style "
             f"dataset (elastic)"
-        )
-
-
-def check_saved(exists: bool, checkpoint: str, file: str, where: str) -> None:
-    """A framework resumes from ``checkpoint``: it must hold the loader's state ``file``."""
-    if not exists:
-        raise StateMismatchError(
-            f"{where}: the checkpoint {checkpoint} has no {file}, so the loader's position is "
-            f"unknown; resume from a checkpoint this Trainer saved, or pass "
-            f"ignore_data_skip=True to restart the epoch"
-        )
-
-
-def check_resume_batch(framework: int, loader: int | None, where: str) -> None:
-    """A framework resumes at batch ``framework`` of the epoch: the restored loader's cursor
-    (``loader``; None: it keeps no batch count) must be there too."""
-    if loader is not None and loader != framework:
-        raise StateMismatchError(
-            f"{where}: the Trainer resumes at batch {framework} of the epoch but the loader's "
-            f"cursor is at batch {loader}; resume with the same batch size, gradient "
-            f"accumulation and number of processes as the checkpoint, or pass "
-            f"ignore_data_skip=True to restart the epoch"
         )
 
 

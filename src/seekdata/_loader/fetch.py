@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
@@ -33,20 +32,7 @@ from seekdata._core import streams as rng
 from seekdata._core.rngkeys import batch_counters, seed_columns
 from seekdata._core.sample import AT, FRESH, IN_BATCH, IN_READ, INDEX, INDICES, ITER
 from seekdata._loader import workers as preemption
-
-
-@dataclass(slots=True)
-class PlannedBatch:
-    """One batch as the epoch's plan has it: its epoch, its number in the epoch on this rank
-    (``batch``) and its dataset indices. Not frozen: a frozen dataclass's ``__init__`` costs
-    three times as much, once per batch."""
-
-    epoch: int
-    batch: int
-    indices: tuple[int, ...]
-
-    def __len__(self) -> int:
-        return len(self.indices)
+from seekdata._loader.plan import PlannedBatch
 
 
 class _Fetched(list):

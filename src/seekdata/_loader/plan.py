@@ -3,16 +3,17 @@
 An iterator of :class:`seekdata.StatefulDataLoader` holds one :class:`Plan`: which epoch, from
 which position, the first batch's number in the epoch, how many batches there are to its end
 and which of them a ``skip_steps`` range leaves out. The batches themselves
-(:class:`~seekdata._loader.plan.PlannedBatch`: epoch, batch in the epoch, dataset indices) are a pure
-function of the plan (:func:`seekable_batches`), and so is the cursor after k of them were
-handed out (:func:`seekable_after`). Planning moves nothing; the iterator commits the plan to the
-cursor when it hands out its first batch, so ``len(it)`` and torch's iterator attributes never
-move the cursor.
+(:class:`PlannedBatch`: epoch, batch in the epoch, dataset indices; the plan makes them, the
+workers fetch them) are a pure function of the plan (:func:`seekable_batches`), and so is the
+cursor after k of them were handed out (:func:`seekable_after`). Planning moves nothing; the
+iterator commits the plan to the cursor when it hands out its first batch, so ``len(it)`` and
+torch's iterator attributes never move the cursor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -20,12 +21,32 @@ import numpy as np
 from seekdata._core import partition as P
 from seekdata._core.cursor import Now
 from seekdata._core.growth import GrownOrder, pad_origin
-from seekdata._loader.plan import PlannedBatch
 
-__all__ = ["Geometry", "Plan", "plan_seekable", "seekable_after", "seekable_batches"]
+__all__ = [
+    "Geometry",
+    "Plan",
+    "PlannedBatch",
+    "plan_seekable",
+    "seekable_after",
+    "seekable_batches",
+]
 
 #: positions per call to the order after an epoch's first batch
 _CHUNK = 1 << 16
+
+
+@dataclass(slots=True)
+class PlannedBatch:
+    """One batch as the epoch's plan has it: its epoch, its number in the epoch on this rank
+    (``batch``) and its dataset indices. Not frozen: a frozen dataclass's ``__init__`` costs
+    three times as much, once per batch."""
+
+    epoch: int
+    batch: int
+    indices: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.indices)
 
 
 class Geometry(NamedTuple):
