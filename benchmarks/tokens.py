@@ -36,12 +36,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from seekdata.tokens import PackedDocuments, TokenWindows
-
 import _harness as H
 from seekdata.sources.tokens import files as _tokenfiles
 from seekdata.sources.tokens import index as _tokenindex
 from seekdata.sources.tokens import packing as _packing
+from seekdata.tokens import PackedDocuments, TokenWindows
 
 SEQ_LEN = 2048
 #: Published, not measured: (what, figure, source).

@@ -48,11 +48,10 @@ import torchdata.stateful_dataloader
 import webdataset as wds
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from seekdata.wds import TarShards
-
 import _harness as H
 import seekdata
 from seekdata.tools.cli import main as seekdata_cli
+from seekdata.wds import TarShards
 
 SEED = 0
 MARKER = "seekdata-wds-bench.json"

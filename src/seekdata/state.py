@@ -4,12 +4,35 @@ A seekdata state is a flat ``dict`` of ints, strs and bools. It survives ``json.
 ``torch.load(weights_only=True)``, is identical on every rank, and never holds generator
 bytes: every random number is derived from the counters it holds.
 
-The implementation lives in :mod:`seekdata._core.state`; this module only re-exports.
+The implementation lives in :mod:`seekdata._core.state`; this module only re-exports:
+the names of ``__all__`` and, outside it as before, the state keys (``K_EPOCH`` ...).
 """
 
 from __future__ import annotations
 
 from seekdata._core.state import (
+    K_BATCH_DROP_LAST,
+    K_BATCH_SIZE,
+    K_DATASET,
+    K_DROP_LAST,
+    K_ENGINE,
+    K_EPOCH,
+    K_EXHAUSTED,
+    K_GROWN,
+    K_HISTORY,
+    K_KIND,
+    K_N,
+    K_ORDER,
+    K_ORIGIN,
+    K_POSITION,
+    K_PREFIX,
+    K_SAMPLE_SEED,
+    K_SEED,
+    K_SHUFFLE,
+    K_SKIPS,
+    K_STEP,
+    K_VERSION,
+    K_WORLD_SIZE,
     KINDS,
     VERSION,
     StateMismatchError,

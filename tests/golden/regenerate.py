@@ -10,9 +10,9 @@ import pathlib
 
 import numpy as np
 import torch
-from seekdata.order import Feistel, Shards, TorchRandperm
 
 import seekdata
+from seekdata.order import Feistel, Shards, TorchRandperm
 
 HERE = pathlib.Path(__file__).parent
 
