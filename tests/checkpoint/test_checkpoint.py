@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from seekdata import checkpoint
 from seekdata._core import dist as _dist
 from seekdata.checkpoint import CheckpointCorruptError, CheckpointManager, load, save, verify
 from seekdata.checkpoint import files as _ckptfile
+from seekdata.checkpoint import manager as checkpoint
 from tests.helpers.paths import SCRIPTS
 from tests.scripts._ckpt_launch import gloo_job
 

@@ -206,19 +206,20 @@ def test_each_stream_is_derived_as_the_table_says() -> None:
 
 
 def test_global_rng_is_seeded_in_one_place_and_keys_are_hashed_in_one_place() -> None:
-    """Every path seeds global RNG through rng.seed_globals (seekdata/_globalrng.py) and derives
-    keys with SeedSequence in seekdata/_keys.py only; the mixing constants live there too (and in
-    order.feistel_index, the scalar twin of the Feistel round, inlined for speed; its crc32 is a
-    fingerprint of shard sizes, not a key)."""
+    """Every path seeds global RNG through rng.seed_globals (seekdata/_core/globalrng.py) and
+    derives keys with SeedSequence in seekdata/_core/rngkeys.py only; the mixing constants live
+    there too (and in order.feistel_index, the scalar twin of the Feistel round, inlined for speed;
+    its crc32 is a fingerprint of shard sizes, not a key)."""
     src = ROOT / "src" / "seekdata"
     seeding = ("default_generator.manual_seed(", "np.random.seed(", "random.seed(")
     hashing = ("SeedSequence(", "0xBF58476D1CE4E5B9", "crc32(")
     for path in sorted(src.rglob("*.py")):
         text = path.read_text()
         name = path.relative_to(src).as_posix()
-        if name != "_globalrng.py" and "bench/" not in name:  # bench: a user's reseeding baseline
+        # bench: a user's reseeding baseline
+        if name != "_core/globalrng.py" and "bench/" not in name:
             assert not [s for s in seeding if s in text], name
-        if name not in ("_keys.py", "order.py"):
+        if name not in ("_core/rngkeys.py", "_core/orders.py"):
             assert not [h for h in hashing if h in text], name
 
 

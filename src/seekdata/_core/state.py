@@ -335,7 +335,8 @@ def check_one_seed(state: Any, where: str) -> None:
 def warn_caller(message: str) -> None:
     """A ``UserWarning`` attributed to the first frame outside seekdata: the user's line that
     called into it, however deep the warning was raised."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    # the seekdata package: this file is seekdata/_core/state.py
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     frame, level = sys._getframe(1), 2  # stacklevel 2: the frame that called warn_caller
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
