@@ -1,4 +1,4 @@
-"""One rank of an accelerate job for tests/test_integration_accelerate.py.
+"""One rank of an accelerate job for tests/integrations/test_accelerate.py.
 
 ``python _accelerate_worker.py <tmp> full|resume <num_workers> <save_step> <steps>``: trains a
 small Dropout model through ``accelerator.prepare(model, optimizer, seekdata_loader)``; ``full``

@@ -1,4 +1,4 @@
-"""A writer to kill mid-save, for tests/test_checkpoint.py: ``python THIS PATH MARK``.
+"""A writer to kill mid-save, for tests/checkpoint/test_checkpoint.py: ``python THIS PATH MARK``.
 
 Starts ``seekdata.checkpoint.save(obj, PATH)`` with an object whose pickling writes MARK and
 then blocks, so that the test can ``kill -9`` it while its temporary file exists.

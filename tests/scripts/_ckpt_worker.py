@@ -1,4 +1,5 @@
-"""One rank of a gloo job for tests/test_checkpoint.py: ``python _ckpt_worker.py TMP MODE``."""
+"""One rank of a gloo job for tests/checkpoint/test_checkpoint.py:
+``python _ckpt_worker.py TMP MODE``."""
 
 from __future__ import annotations
 

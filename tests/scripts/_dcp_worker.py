@@ -1,6 +1,6 @@
 """One rank of the 2-process gloo test: DCP saves {"loader": loader} mid-epoch, then loads it.
 
-Run by tests/test_distributed.py with RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT.
+Run by tests/loader/test_distributed.py with RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT.
 argv: checkpoint dir, output file.
 """
 

@@ -1,4 +1,5 @@
-"""A training script that ends while a loader with workers is alive: run by tests/test_exit.py.
+"""A training script that ends while a loader with workers is alive: run by
+tests/loader/test_exit.py.
 
 ``python _exit_script.py LOADER DATASET WORKERS PERSISTENT HOW [handler]`` prints the pid of
 every process that loaded a sample (``pids ...``) and ``iterating`` once a batch arrived, then

@@ -1,4 +1,4 @@
-"""A small Lightning run for tests/test_integration_lightning.py, in a fresh process.
+"""A small Lightning run for tests/integrations/test_lightning.py, in a fresh process.
 
 ``python _lightning_worker.py <out.json> <ckpt_dir> <num_workers> <checkpoint|none>`` fits a
 Dropout module for two epochs of 6 steps over a seekdata loader with random augmentation in

@@ -1,5 +1,5 @@
-"""One rank of a DDP run over a Mixture changed at resume, for tests/test_mixture_changes.py
-(gloo, CPU).
+"""One rank of a DDP run over a Mixture changed at resume, for
+tests/sources/mixtures/test_mixture_changes.py (gloo, CPU).
 
 python _mixchange_worker.py MODE BATCH STEPS OUT CKPT
 MODE: "full" runs STEPS global steps of the changed mixture (built with the literal position

@@ -1,5 +1,5 @@
 """One rank of a DDP run over a Mixture with a weight schedule, for
-tests/test_mixture_schedule.py (gloo, CPU).
+tests/sources/mixtures/test_mixture_schedule.py (gloo, CPU).
 
 python _mixsched_worker.py MODE BATCH STEPS OUT CKPT
 MODE: "full" runs STEPS global steps; "save" runs STEPS steps and saves a checkpoint to CKPT;

@@ -1,7 +1,8 @@
 """One rank of the 2-process gloo seed test: unseeded ranks (different torch seeds) build a
 loader with seed=None; every rank must get rank 0's seed, hence one order and one stream.
 
-Run by tests/test_seed_semantics.py with RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT.
+Run by tests/loader/test_seed_semantics.py with RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1,
+MASTER_PORT.
 argv: output file.
 """
 

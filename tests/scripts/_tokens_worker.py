@@ -1,4 +1,5 @@
-"""One rank of a DDP run over token data, for the elastic test in tests/test_tokens.py (gloo).
+"""One rank of a DDP run over token data, for the elastic test in
+tests/sources/tokens/test_tokens.py (gloo).
 
 python _tokens_worker.py KIND MODE BATCH STEPS OUT CKPT CORPUS
 KIND: "packed" (PackedDocuments), "windows" (TokenWindows) or "mixture" (both, weights 3:1).

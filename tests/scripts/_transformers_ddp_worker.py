@@ -1,4 +1,4 @@
-"""HF Trainer under DDP (2 gloo ranks, CPU), for tests/test_integration_transformers.py.
+"""HF Trainer under DDP (2 gloo ranks, CPU), for tests/integrations/test_transformers.py.
 
 ``python _transformers_ddp_worker.py <tmp> <phase> <checkpoint|none> [own]``, started once per
 rank by ``tests._ckpt_launch.gloo_job`` (RANK, WORLD_SIZE, MASTER_ADDR set): two epochs of 24

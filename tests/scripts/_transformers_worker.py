@@ -1,4 +1,4 @@
-"""A small HF Trainer run for tests/test_integration_transformers.py, in a fresh process.
+"""A small HF Trainer run for tests/integrations/test_transformers.py, in a fresh process.
 
 ``python _transformers_worker.py <out.json> <output_dir> <num_workers> <checkpoint|none> <ga>
 [persistent] [own] [ignore_data_skip]``

@@ -1,6 +1,6 @@
 """Loader factories for ``seekdata verify`` tests: imported by path in fresh processes.
 
-Self-contained (no ``tests.`` imports) so that ``tests/_verify_factories.py:NAME`` works
+Self-contained (no ``tests.`` imports) so that ``tests/scripts/_verify_factories.py:NAME`` works
 from any folder.
 """
 

@@ -1,8 +1,8 @@
 """The one place that asks torch.distributed or the environment for rank and world size.
 
-Order of precedence (STYLE.md): explicit arguments, then an initialised process group,
-then the ``RANK`` / ``WORLD_SIZE`` environment variables, else a single process. When
-``WORLD_SIZE > 1`` but no rank can be found, that is an error, never a silent rank 0.
+Order of precedence (CONTRIBUTING.md, "No ambient defaults"): explicit arguments, then an
+initialised process group, then the ``RANK`` / ``WORLD_SIZE`` environment variables, else a single
+process. When ``WORLD_SIZE > 1`` but no rank can be found, that is an error, never a silent rank 0.
 """
 
 from __future__ import annotations

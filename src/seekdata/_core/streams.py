@@ -2,7 +2,7 @@
 and the generators keyed by counters that the loader, the sources and users draw from.
 
 The public face is :mod:`seekdata.rng` (its docstring states the rules and prints the table);
-docs/randomness.md shows the same table; tests/test_rng.py checks both, and each row against
+docs/randomness.md shows the same table; tests/core/test_rng.py checks both, and each row against
 the code. The key derivation itself is :mod:`seekdata._core.rngkeys`.
 """
 
@@ -69,7 +69,7 @@ class Stream(NamedTuple):
 
 
 #: Every stream seekdata derives: the single source of the table in this docstring and in
-#: docs/randomness.md (tests/test_rng.py checks both, and each row against the code).
+#: docs/randomness.md (tests/core/test_rng.py checks both, and each row against the code).
 STREAMS = (
     Stream(
         "epoch order: dataset index at global position p",
