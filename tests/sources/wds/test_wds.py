@@ -18,8 +18,8 @@ import pytest
 import torch
 import webdataset as wds
 
+import seekdata.sources.wds.shards as sw  # _pread is patched where TarShards reads
 import seekdata.sources.wds.tarindex as tarindex
-import seekdata.wds as sw
 from seekdata.wds import TarShards
 from tests.helpers.shards import N_SHARDS, PER_SHARD, write_shards
 
