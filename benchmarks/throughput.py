@@ -54,7 +54,10 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _harness as H
-from seekdata import _globalrng, _keys, _sample, rng
+from seekdata import rng
+from seekdata._core import globalrng as _globalrng
+from seekdata._core import rngkeys as _keys
+from seekdata._core import sample as _sample
 
 BATCH = 32
 N = 2**20

@@ -41,7 +41,9 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _harness as H
-from seekdata import _packing, _tokenfiles, _tokenindex
+from seekdata.sources.tokens import files as _tokenfiles
+from seekdata.sources.tokens import index as _tokenindex
+from seekdata.sources.tokens import packing as _packing
 from seekdata.tokens import PackedDocuments, TokenWindows
 
 SEQ_LEN = 2048

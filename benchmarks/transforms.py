@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 import _harness as H  # benchmarks/ is on sys.path when a script here runs
-from seekdata._sample import enter_sample, exit_sample
+from seekdata._core.sample import enter_sample, exit_sample
 from seekdata.rng import global_seeds, sample_generator, sample_rng, sample_scope
 from seekdata.transforms import (
     ColorJitter,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seekdata import _tarindex as tarindex
+from seekdata.sources.wds import tarindex
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ line and exits 0 when every check holds:
   pinned ``.to(device, non_blocking=True)`` in the loop, which runs copy and step in turn.
 
 ``--device cpu`` runs the same script on a CPU machine (the overlap check is skipped): it keeps
-the script from rotting where there is no GPU (tests/test_device_prefetch.py runs it so).
+the script from rotting where there is no GPU (tests/loader/test_device_prefetch.py runs it so).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 import seekdata
-from seekdata._device import move
+from seekdata._loader.device import move
 from seekdata.testing import first_difference
 
 Pair = collections.namedtuple("Pair", ["image", "label"])

@@ -189,7 +189,7 @@ def test_docs_run_with_only_the_extras_they_name(extras: tuple[str, ...]) -> Non
     src = str(pathlib.Path(seekdata.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "_docs_runner.py")],
+        [sys.executable, str(ROOT / "tests" / "scripts" / "_docs_runner.py")],
         input=json.dumps(
             {
                 "hidden": sorted(hidden),

@@ -51,15 +51,20 @@ SRC = pathlib.Path(__file__).parent.parent / "src"
 
 def _exposed(name: str) -> set[str]:
     """Public names a namespace defines: its top-level functions, classes and assignments, and
-    for a package the names it imports from its own private modules (``pkg._x``)."""
+    for a package or a face (a module that defines nothing itself) the names it imports from
+    implementation modules: its own (``pkg._x``, ``pkg.x``), ``seekdata._*`` and
+    ``seekdata.sources.*``."""
     path = pathlib.Path(importlib.import_module(name).__file__ or "")
     out: set[str] = set()
-    package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text())
+    defines = any(isinstance(n, ast.FunctionDef | ast.ClassDef) for n in tree.body)
+    package = path.name == "__init__.py" or not defines
 
     def private(module: str | None) -> bool:
-        return (module or "").startswith(name + "._")
+        implementation = (name + ".", "seekdata._", "seekdata.sources.")
+        return (module or "").startswith(implementation)
 
-    for node in ast.parse(path.read_text()).body:
+    for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef):
             out.add(node.name)
         elif isinstance(node, ast.Assign):
@@ -85,9 +90,18 @@ def test_each_namespace_lists_what_it_exposes_in_a_sorted_all(name: str) -> None
 def test_implementation_modules_are_private() -> None:
     """A module under seekdata/ is a public namespace, a package of them, a tool, or _private."""
     public = {n.split(".", 1)[1].split(".")[0] for n in NAMESPACES if "." in n}
-    allowed = public | {"integrations", "tools", "demo", "loader", "sampler", "state"}
+    # sources: a package of the source families' implementation (no names of its own)
+    allowed = public | {"integrations", "tools", "demo", "loader", "sampler", "state", "sources"}
     names = {p.stem for p in (SRC / "seekdata").iterdir() if p.suffix == ".py" or p.is_dir()}
+    names -= {"__pycache__"}
     assert sorted(n for n in names - allowed if not n.startswith("_")) == []
+    # the floors: the core, the loader's machinery, the sources, the checkpoint files
+    assert {"_core", "_loader", "sources", "checkpoint"} <= names
+    # a module inside an implementation package is named for its idea, without a leading _
+    # (the package is private or a face already); only transforms/ keeps _modules
+    for pkg in ("_core", "_loader", "sources", "checkpoint"):
+        inner = [p for p in (SRC / "seekdata" / pkg).rglob("*.py") if p.stem != "__init__"]
+        assert inner and [p.name for p in inner if p.stem.startswith("_")] == [], pkg
 
 
 def _imports(path: pathlib.Path, module: str) -> set[str]:
@@ -156,10 +170,12 @@ def test_the_core_imports_neither_the_tools_nor_the_integrations() -> None:
 def test_the_transforms_take_their_streams_from_rng_not_from_the_loaders_internals() -> None:
     graph = _graph()
     transforms = [name for name in graph if name.split(".")[:2] == ["seekdata", "transforms"]]
-    assert transforms and all("seekdata._fetch" not in graph[name] for name in transforms)
+    assert transforms and all("seekdata._loader.fetch" not in graph[name] for name in transforms)
     # the orders and training-side streams derive from the key primitive, not the loader
-    assert all("seekdata._keys" in graph[n] for n in ("seekdata.order", "seekdata.training"))
-    assert all("seekdata._fetch" not in graph[n] for n in ("seekdata.order", "seekdata.training"))
+    derived = ("seekdata._core.orders", "seekdata._core.steprng")
+    assert all("seekdata._core.rngkeys" in graph[n] for n in derived)
+    faces = ("seekdata.order", "seekdata.training")
+    assert all("seekdata._loader.fetch" not in graph[n] for n in (*derived, *faces))
 
 
 # --- the path of one batch ------------------------------------------------------------------
@@ -194,14 +210,14 @@ def test_one_batch_reaches_the_cursor_in_few_hops_and_only_the_engine_moves_it()
     leaves, not counted) stays short: 34 calls entered another file before the plan became a
     value and the engine the cursor's one writer, 23 after."""
     path = _first_batch_path()
-    leaves = ("_keys.py", "_globalrng.py")
+    leaves = ("_core/rngkeys.py", "_core/globalrng.py")
     control = [(a, b) for a, b in path if b not in leaves]
     assert len(control) <= 23, control
-    assert {a for a, b in path if b == "_cursor.py"} == {"_engines/seekable.py"}
+    assert {a for a, b in path if b == "_core/cursor.py"} == {"_loader/engines/seekable.py"}
 
 
 def test_no_private_name_is_imported_across_modules() -> None:
-    """Private modules (``seekdata._keys``) are imported by name; a private name inside one
+    """Private modules (``seekdata._core.rngkeys``) are imported by name; a private name inside one
     (``_source``, ``_adopt``) is that module's own: another module that needs it gets a
     public name for it."""
     root = pathlib.Path(seekdata.__file__).parent
@@ -219,3 +235,146 @@ def test_no_private_name_is_imported_across_modules() -> None:
                     private = [n for n in private if not (base / f"{n}.py").exists()]
                 found += [f"{path.relative_to(root)}: {node.module}.{n}" for n in private]
     assert found == []
+
+
+# --- public import paths: every one imports, with the names it had (issue 28 moved the code) --
+
+PUBLIC = {
+    "seekdata": [
+        "DistributedSampler", "Growth", "Mixture", "PreemptionHandler", "StateMismatchError",
+        "StatefulDataLoader", "__version__", "capture_rng", "numpy_generator", "restore_rng",
+        "sample_generator", "sample_rng", "set_step_rng", "torch_generator",
+    ],
+    "seekdata.rng": [
+        "BATCH", "ORDER", "READ", "SAMPLE", "STEP", "STREAMS", "Stream", "batch_generator",
+        "batch_seeds", "derive_key", "global_seeds", "mix_keyed", "numpy_generator",
+        "read_generator", "read_seeds", "sample_generator", "sample_rng", "sample_scope",
+        "seed_globals", "torch_generator",
+    ],
+    "seekdata.order": [
+        "ORDERS", "Feistel", "Order", "Sequential", "Shards", "TorchRandperm", "feistel_index",
+        "feistel_permute", "make_order",
+    ],
+    "seekdata.state": [
+        "KINDS", "VERSION", "StateMismatchError", "check_dataset", "check_in_order",
+        "check_one_seed", "check_resize", "check_state", "check_step", "warn_caller",
+        "warn_rewind",
+    ],
+    "seekdata.training": [
+        "RNG_FORMAT", "base_torch_seed", "capture_rng", "restore_rng", "set_step_rng",
+    ],
+    "seekdata.preemption": [
+        "PreemptionHandler", "WorkerSignals", "exit_flag", "starting_workers",
+        "stopping_workers", "worker_signals",
+    ],
+    "seekdata.testing": ["assert_exact_resume", "first_difference", "run_loop"],
+    "seekdata.tokens": ["IGNORE_INDEX", "PackedDocuments", "TokenWindows"],
+    "seekdata.wds": ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "TarShards"],
+    "seekdata.checkpoint": [
+        "CheckpointCorruptError", "CheckpointManager", "load", "load_on_every_rank", "save",
+        "save_on_rank0", "verify",
+    ],
+    "seekdata.loader": ["StatefulDataLoader"],
+    "seekdata.sampler": ["DistributedSampler"],
+    "seekdata.transforms": [
+        "ColorJitter", "Compose", "CutMix", "GaussianNoise", "MixUp", "RandomApply",
+        "RandomChoice", "RandomCrop", "RandomErasing", "RandomHorizontalFlip",
+        "RandomResizedCrop", "RandomRotation90", "RandomVerticalFlip", "TokenMask", "Transform",
+        "TransformedDataset", "batch_generator", "from_global_rng",
+    ],
+    "seekdata.integrations.accelerate": ["skip_first_batches"],
+    "seekdata.integrations.lightning": ["StepRNGCallback"],
+    "seekdata.integrations.transformers": ["STATE_FILE", "StepRNGCallback", "Trainer"],
+    "seekdata.tools.cli": ["build_parser", "main"],
+}  # fmt: skip
+# public outside __all__, as before: the state keys
+STATE_KEYS = [
+    "K_BATCH_DROP_LAST", "K_BATCH_SIZE", "K_DATASET", "K_DROP_LAST", "K_ENGINE", "K_EPOCH",
+    "K_EXHAUSTED", "K_GROWN", "K_HISTORY", "K_KIND", "K_N", "K_ORDER", "K_ORIGIN", "K_POSITION",
+    "K_PREFIX", "K_SAMPLE_SEED", "K_SEED", "K_SHUFFLE", "K_SKIPS", "K_SOURCES", "K_STEP", "K_VERSION",
+    "K_WORLD_SIZE",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_every_public_import_path_imports_with_the_names_it_had(name: str) -> None:
+    if name.startswith("seekdata.integrations."):
+        pytest.importorskip(name.rsplit(".", 1)[1])
+    module = importlib.import_module(name)
+    assert list(module.__all__) == PUBLIC[name]
+    assert [n for n in PUBLIC[name] if getattr(module, n, None) is None] == []
+
+
+def test_the_faces_hand_out_the_implementations_objects() -> None:
+    """A face re-exports: seekdata.training.set_step_rng is the one the engines call, and
+    seekdata.state.K_EPOCH the key the cursor writes."""
+    import seekdata.state
+    import seekdata.training
+    from seekdata._core import state, steprng
+
+    assert seekdata.training.set_step_rng is steprng.set_step_rng is seekdata.set_step_rng
+    assert sorted(k for k in vars(state) if k.startswith("K_")) == STATE_KEYS
+    assert [getattr(seekdata.state, k) for k in STATE_KEYS] == [vars(state)[k] for k in STATE_KEYS]
+
+
+def test_the_demo_and_the_console_script_start() -> None:
+    """``python -m seekdata.demo --help`` and the ``seekdata`` console script's entry point."""
+    import tomllib
+
+    pyproject = tomllib.loads((SRC.parent / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"]["seekdata"] == "seekdata.tools.cli:main"
+    for argv in (["-m", "seekdata.demo", "--help"], ["-m", "seekdata.tools.cli", "--help"]):
+        done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "usage" in done.stdout, done.stderr
+
+
+# --- the core: counters -> indices, and nothing above it --------------------------------------
+
+ABOVE_THE_CORE = (
+    "seekdata._loader",
+    "seekdata.sources",
+    "seekdata.checkpoint",
+    "seekdata.tools",
+    "seekdata.integrations",
+    "seekdata.transforms",
+    "seekdata.loader",
+    "seekdata.sampler",
+    "seekdata.training",
+    "seekdata.preemption",
+    "seekdata.testing",
+)
+
+
+def test_the_core_imports_nothing_above_it() -> None:
+    """Every module under seekdata/_core imports only the core (lazy imports included)."""
+    graph = _graph()
+    core = [name for name in graph if name.startswith("seekdata._core")]
+    assert len(core) > 10
+    outside = {n: sorted(m for m in graph[n] if not m.startswith("seekdata._core")) for n in core}
+    assert {n: m for n, m in outside.items() if m} == {}
+
+
+def test_importing_the_core_loads_neither_the_loader_nor_a_source() -> None:
+    """Import every core module in a fresh process without seekdata/__init__.py (which loads
+    the whole package): no loader, source, training side, checkpoint, tool or integration
+    comes with it, and no process group or worker starts."""
+    code = (
+        "import importlib, pathlib, sys, types\n"
+        "import torch.distributed as dist\n"
+        f"root = pathlib.Path({str(SRC / 'seekdata')!r})\n"
+        "pkg = types.ModuleType('seekdata'); pkg.__path__ = [str(root)]\n"
+        "sys.modules['seekdata'] = pkg\n"
+        "for p in sorted((root / '_core').glob('*.py')):\n"
+        "    name = '' if p.stem == '__init__' else '.' + p.stem\n"
+        "    importlib.import_module('seekdata._core' + name)\n"
+        "import multiprocessing\n"
+        "print(sorted(m for m in sys.modules if m.startswith('seekdata')))\n"
+        "print(dist.is_available() and dist.is_initialized(), multiprocessing.active_children())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded, started = out.stdout.strip().splitlines()
+    modules = eval(loaded)  # a printed list of str
+    assert "seekdata._core.cursor" in modules and "seekdata._core.reshape" in modules
+    assert [m for m in modules if m.startswith(ABOVE_THE_CORE)] == []
+    assert set(modules) <= {"seekdata"} | {m for m in modules if m.startswith("seekdata._core")}
+    assert started == "False []"

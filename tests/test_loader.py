@@ -18,7 +18,7 @@ import torch
 
 import seekdata
 from seekdata.testing import assert_exact_resume, first_difference
-from tests._datasets import GlobalRNGAug, SampleRNGAug, batches_equal
+from tests.helpers.datasets import GlobalRNGAug, SampleRNGAug, batches_equal
 
 
 def make(ds_cls=GlobalRNGAug, n=10, num_workers=0, persistent_workers=False, **kw):
@@ -256,7 +256,7 @@ def test_a_new_iterator_supersedes_the_live_one(workers, persistent, iterable) -
     with the state saying 6 (and a resume skipping 4 and 5). The older iterator now raises,
     and the state counts exactly the batches handed out."""
     if iterable:
-        from tests.test_iterable import Stream
+        from tests.helpers.datasets import Stream
 
         loader = seekdata.StatefulDataLoader(
             Stream(), batch_size=2, num_workers=workers, persistent_workers=persistent, seed=1

@@ -19,7 +19,7 @@ import torch
 from seekdata import preemption as preemption_module
 from seekdata.checkpoint import CheckpointManager
 from seekdata.preemption import PreemptionHandler, WorkerSignals, worker_signals
-from tests._ckpt_launch import gloo_job
+from tests.scripts._ckpt_launch import gloo_job
 
 
 @pytest.fixture(autouse=True)

@@ -10,12 +10,12 @@ from seekdata import order as order
 from seekdata import rng as rng
 from seekdata import testing as testing
 from seekdata import transforms as transforms
-from seekdata._growth import Growth
-from seekdata._mixture import Mixture
+from seekdata._core.growth import Growth
 from seekdata.loader import StatefulDataLoader
 from seekdata.preemption import PreemptionHandler
 from seekdata.rng import numpy_generator, sample_generator, sample_rng, torch_generator
 from seekdata.sampler import DistributedSampler
+from seekdata.sources.mixtures.mixture import Mixture
 from seekdata.state import StateMismatchError
 from seekdata.training import capture_rng, restore_rng, set_step_rng
 

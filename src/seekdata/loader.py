@@ -1,8 +1,8 @@
 """StatefulDataLoader: torch's DataLoader as the engine, a cursor as the state.
 
 The loader plans each epoch from a seekable sampler's cursor, hands the engine
-:class:`~seekdata._fetch.PlannedBatch` objects (indices plus counters), and advances the cursor
-only for batches it has handed to the caller. Resume is an O(1) seek: nothing is replayed.
+:class:`~seekdata._loader.plan.PlannedBatch` objects (indices plus counters), and advances the
+cursor only for batches it has handed to the caller. Resume is an O(1) seek: nothing is replayed.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ from typing import Any, TypeVar
 import numpy as np
 import torch.utils.data
 
-from seekdata import _device, _frameworks, _globalrng
-from seekdata._engines import Engine, build
-from seekdata._engines.seekable import BatchIndices, SeekableEngine
-from seekdata._growth import Growth
-from seekdata._keys import check_counter, check_int
-from seekdata._seed import default_seed
-from seekdata._torch_api import FORWARDED, FROZEN, check_torch_args
+from seekdata._core import globalrng as _globalrng
+from seekdata._core.growth import Growth
+from seekdata._core.rngkeys import check_counter, check_int
+from seekdata._loader import device as _device
+from seekdata._loader import frameworks as _frameworks
+from seekdata._loader.engines import Engine, build
+from seekdata._loader.engines.seekable import BatchIndices, SeekableEngine
+from seekdata._loader.seed import default_seed
+from seekdata._loader.torch_api import FORWARDED, FROZEN, check_torch_args
 from seekdata.sampler import check_bool
 
 __all__ = ["StatefulDataLoader"]
@@ -318,7 +320,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     @property
     def _is_accelerate_prepared(self) -> bool:
         """Read by ``Accelerator.prepare_data_loader``; True hands this loader back unrebuilt,
-        after the hook shards it and places its batches (:mod:`seekdata._frameworks`: only
+        after the hook shards it and places its batches (:mod:`seekdata._loader.frameworks`: only
         accelerate's own prepare asking gets True; the frame says who asks)."""
         if self._prepared or "accelerate" not in sys.modules:
             return self._prepared

@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from seekdata import _dist, _statecheck
-from seekdata import _partition as P
-from seekdata import state as S
-from seekdata._cursor import Cursor
-from seekdata._growth import GrownOrder, Growth, check_growths, first_items, pad_origin
-from seekdata._keys import check_counter, check_int
-from seekdata.order import Order, make_order
+from seekdata._core import dist as _dist
+from seekdata._core import partition as P
+from seekdata._core import reshape as _statecheck
+from seekdata._core import state as S
+from seekdata._core.cursor import Cursor
+from seekdata._core.growth import GrownOrder, Growth, check_growths, first_items, pad_origin
+from seekdata._core.orders import Order, make_order
+from seekdata._core.rngkeys import check_counter, check_int
 
 __all__ = ["DistributedSampler"]
 
@@ -122,9 +123,6 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.order: Order = self._make_order(self.seed)
         self.cursor = Cursor(self.n)
         self._shard(self.num_replicas, self.rank)
-        # set by a loader that owns a view of this sampler: (owns it, seed explicit, seed), for
-        # a framework that rebuilds the loader from its batch sampler (Lightning's DDP)
-        self._seekdata_view: tuple[bool, bool, int] | None = None
 
     def _shard(self, num_replicas: int, rank: int) -> None:
         split = _already_split(self.dataset, self.n, num_replicas)
@@ -141,7 +139,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         num_replicas, rank = _dist.world(num_replicas, rank, where=where)
         self._shard(num_replicas, rank)
 
-    # --- the cursor (seekdata._cursor.Cursor holds it and its epoch-end rules) -------------------
+    # --- the cursor (seekdata._core.cursor.Cursor holds it and its epoch-end rules) -----------
 
     @property
     def epoch(self) -> int:
@@ -347,6 +345,6 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         return {S.K_N: n, S.K_ORDER: spec}
 
     def grow(self, growths: tuple[Growth, ...]) -> None:
-        """Adopt ``growths`` (checked: :func:`seekdata._growth.check_growths`)."""
+        """Adopt ``growths`` (checked: :func:`seekdata._core.growth.check_growths`)."""
         self.growths = growths
         self.order = self._make_order(self.seed)

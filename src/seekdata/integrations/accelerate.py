@@ -5,7 +5,7 @@ accelerate rebuilds every ``DataLoader`` it prepares into its own ``DataLoaderSh
 indices without seekdata's per-sample randomness and without a cursor. A seekdata loader is
 therefore handed back *unrebuilt*: ``StatefulDataLoader._is_accelerate_prepared`` (the flag
 accelerate itself reads to avoid wrapping a loader twice) answers through the hook in
-:mod:`seekdata._frameworks`, which
+:mod:`seekdata._loader.frameworks`, which
 
 - shards the loader across accelerate's processes the way seekdata shards (rank r of W takes
   every W-th global position; ``loader.shard``), so a 2-process run neither loses nor repeats a

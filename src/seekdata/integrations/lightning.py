@@ -17,8 +17,8 @@ from typing import Any
 
 import lightning
 
-from seekdata._keys import check_counter
-from seekdata.training import set_step_rng
+from seekdata._core.rngkeys import check_counter
+from seekdata._core.steprng import set_step_rng
 
 __all__ = ["StepRNGCallback"]
 

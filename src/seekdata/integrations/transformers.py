@@ -36,10 +36,10 @@ import torch.utils.data
 import transformers
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from seekdata import _statecheck
-from seekdata import state as S
+from seekdata._core import state as S
+from seekdata._core.state import StateMismatchError
+from seekdata._core.steprng import set_step_rng
 from seekdata.loader import StatefulDataLoader
-from seekdata.training import set_step_rng
 
 __all__ = ["STATE_FILE", "StepRNGCallback", "Trainer"]
 
@@ -154,7 +154,7 @@ class Trainer(transformers.Trainer):
         resume = self._seekdata_resume
         if resume is not None and not self.args.ignore_data_skip:
             path = os.path.join(resume, STATE_FILE)
-            _statecheck.check_saved(os.path.isfile(path), resume, STATE_FILE, "seekdata Trainer")
+            _check_saved(os.path.isfile(path), resume, STATE_FILE, "seekdata Trainer")
             with open(path) as f:
                 loader.load_state_dict(json.load(f))
         self._seekdata_loader = loader
@@ -193,7 +193,7 @@ class _Batches(torch.utils.data.Dataset):
         if self.it is None:
             self.it = iter(self.loader)
             at = self.loader.state_dict().get(S.K_STEP)
-            _statecheck.check_resume_batch(placeholder[0], at, "seekdata Trainer")
+            _check_resume_batch(placeholder[0], at, "seekdata Trainer")
         return [next(self.it)]
 
 
@@ -243,3 +243,25 @@ class _TrainerLoader:
 
     def load_state_dict(self, state: Any) -> None:
         self.loader.load_state_dict(state)
+
+
+def _check_saved(exists: bool, checkpoint: str, file: str, where: str) -> None:
+    """A framework resumes from ``checkpoint``: it must hold the loader's state ``file``."""
+    if not exists:
+        raise StateMismatchError(
+            f"{where}: the checkpoint {checkpoint} has no {file}, so the loader's position is "
+            f"unknown; resume from a checkpoint this Trainer saved, or pass "
+            f"ignore_data_skip=True to restart the epoch"
+        )
+
+
+def _check_resume_batch(framework: int, loader: int | None, where: str) -> None:
+    """A framework resumes at batch ``framework`` of the epoch: the restored loader's cursor
+    (``loader``; None: it keeps no batch count) must be there too."""
+    if loader is not None and loader != framework:
+        raise StateMismatchError(
+            f"{where}: the Trainer resumes at batch {framework} of the epoch but the loader's "
+            f"cursor is at batch {loader}; resume with the same batch size, gradient "
+            f"accumulation and number of processes as the checkpoint, or pass "
+            f"ignore_data_skip=True to restart the epoch"
+        )

@@ -15,7 +15,7 @@ import zipfile
 from collections.abc import Sequence
 from typing import Any
 
-from seekdata import _pickles
+from seekdata.checkpoint import pickles as _pickles
 
 _FOOTER_MARK = b"seekdata-checkpoint/"  # seekdata.checkpoint.save's footer starts so
 _TAIL = 160  # bytes at the end of a file that hold such a footer

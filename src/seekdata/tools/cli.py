@@ -89,12 +89,13 @@ def _run_index(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     if args.eos_id is not None:  # token files: the core install suffices (no webdataset)
-        from seekdata import _tokenfiles
+        from seekdata.sources.tokens import files as _tokenfiles
 
         where = "seekdata index"
         names = [n for pattern in args.urls for n in _tokenfiles.expand_files(pattern, where)]
         return _run_index_tokens(args, names)
-    from seekdata import _shardurls, _tarindex
+    from seekdata.sources.wds import tarindex as _tarindex
+    from seekdata.sources.wds import urls as _shardurls
 
     urls = [url for pattern in args.urls for url in _shardurls.expand_urls(pattern)]
     tokens = [url for url in urls if url.endswith(_TOKEN_SUFFIXES)]
@@ -124,7 +125,8 @@ _TOKEN_SUFFIXES = (".bin", ".npy", ".u16", ".u32")
 def _run_index_tokens(args: argparse.Namespace, names: list[str]) -> int:
     import numpy as np
 
-    from seekdata import _tokenfiles, _tokenindex
+    from seekdata.sources.tokens import files as _tokenfiles
+    from seekdata.sources.tokens import index as _tokenindex
 
     if args.allow_pipe:
         raise ValueError("--allow-pipe is for tar shards; token files are read in place")

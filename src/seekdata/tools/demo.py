@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 import seekdata
-from seekdata import _dist
+from seekdata._core import dist as _dist
 
 EPOCH_STEPS_HINT = "an epoch is n / (batch size × ranks) steps"
 _CONFIG_ENV = "SEEKDATA_DEMO_CONFIG"

@@ -24,8 +24,8 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from seekdata import state as S
-from seekdata._statecheck import describe_change
+from seekdata._core import state as S
+from seekdata._core.reshape import describe_change
 from seekdata.tools import _command
 from seekdata.tools._readckpt import read_checkpoint, some, too_deep
 

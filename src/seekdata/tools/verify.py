@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _choose(records: list[dict[str, Any]], total: int, count: int, seed: int) -> list[Any]:
     """End of epoch 0, its last batch, then random steps (seekdata.numpy_generator(seed))."""
-    from seekdata.rng import numpy_generator
+    from seekdata._core.streams import numpy_generator
 
     end0 = next(r for r in records if r["after_loop"])
     last0 = next((r for r in records if not r["after_loop"] and r["steps"] == end0["steps"]), None)

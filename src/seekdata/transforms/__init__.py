@@ -13,7 +13,8 @@ name), so adding a step leaves the others' randomness unchanged; see
 ``seekdata.transforms._compose`` for the derivation.
 """
 
-from seekdata.rng import batch_generator
+from seekdata._core.streams import batch_generator
+from seekdata.transforms._batchmix import CutMix, MixUp
 from seekdata.transforms._compose import Compose, RandomApply, RandomChoice, Transform
 from seekdata.transforms._geometric import (
     RandomCrop,
@@ -24,7 +25,6 @@ from seekdata.transforms._geometric import (
 )
 from seekdata.transforms._intensity import ColorJitter, GaussianNoise
 from seekdata.transforms._masking import RandomErasing, TokenMask
-from seekdata.transforms._mix import CutMix, MixUp
 from seekdata.transforms._wrap import TransformedDataset, from_global_rng
 
 __all__ = [

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seekdata._keys import is_int
+from seekdata._core.rngkeys import is_int
 
 LAYOUTS = ("CHW", "HWC")
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from seekdata._keys import splitmix64
+from seekdata._core.rngkeys import splitmix64
 from seekdata.transforms._arrays import (
     check_callable,
     check_generator,

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from seekdata._keys import is_int
+from seekdata._core.rngkeys import is_int
 from seekdata.transforms._arrays import (
     as_tensor,
     check_array,

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seekdata._keys import is_int
+from seekdata._core.rngkeys import is_int
 from seekdata.transforms._arrays import (
     check_array,
     check_interval,

@@ -7,9 +7,11 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from seekdata._globalrng import capture as capture_globals
-from seekdata._globalrng import restore as restore_globals
-from seekdata.rng import sample_rng, sample_scope, seed_globals
+from seekdata._core.globalrng import capture as capture_globals
+from seekdata._core.globalrng import restore as restore_globals
+from seekdata._core.globalrng import seed_globals
+from seekdata._core.sample import sample_rng
+from seekdata._core.streams import sample_scope
 from seekdata.transforms._arrays import check_callable, check_generator
 from seekdata.transforms._compose import Transform
 

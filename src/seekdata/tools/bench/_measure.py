@@ -15,8 +15,8 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from seekdata._core.sample import sample_rng
 from seekdata.loader import StatefulDataLoader
-from seekdata.rng import sample_rng
 from seekdata.tools.bench._harness import LOADERS, Progress, best_of, median
 from seekdata.tools.bench._workloads import Reseeding, ReseedingBatches, grain_loader
 

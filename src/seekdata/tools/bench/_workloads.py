@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from seekdata._globalrng import GENERATORS
+from seekdata._core.globalrng import GENERATORS
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15

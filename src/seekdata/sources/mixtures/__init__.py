@@ -1,0 +1,1 @@
+"""Weighted mixtures of datasets as orders: the tree, schedules, changes and growth."""

@@ -1,0 +1,1 @@
+"""Token corpora: the token files, the document-boundary index, and the packer."""

@@ -1,0 +1,458 @@
+"""Token corpora for language-model pretraining: fixed windows, and packed whole documents.
+
+The public face is :mod:`seekdata.tokens`; its docstring is the user's guide to this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import os
+from collections.abc import Sequence
+from typing import Any, SupportsIndex
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from seekdata._core.rngkeys import is_int
+from seekdata.sources.tokens import index as _tokenindex
+from seekdata.sources.tokens import packing as _packing
+from seekdata.sources.tokens.files import TokenReader, check_dtype, describe, expand_files
+
+__all__ = ["IGNORE_INDEX", "PackedDocuments", "TokenWindows"]
+
+#: ``labels`` where no token is predicted: cross_entropy's and Hugging Face's ignore_index.
+IGNORE_INDEX = -100
+
+_Files = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+_HEAD = 8  # first tokens of each file that TokenWindows' signature covers
+_Sample = dict[str, torch.Tensor]
+
+
+def _int(value: Any, name: str, where: str, low: int, hint: str) -> int:
+    if not is_int(value):  # the int rule of seekdata._core.rngkeys.check_int, with this hint
+        raise TypeError(f"{where}: {name} must be an int; got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"{where}: {name} must be >= {low}; got {value}; {hint}")
+    return int(value)
+
+
+class _TokenCorpus(Dataset[_Sample]):
+    """What both datasets share: the files, ``seq_len``, the vocabulary check, indexing."""
+
+    _where = "tokens"
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _setup(
+        self, files: _Files, seq_len: Any, dtype: Any, vocab_size: Any, windows: bool = False
+    ) -> None:
+        """``windows``: items read ``seq_len + 1`` tokens of the corpus (packing pads instead)."""
+        where = self._where
+        self.seq_len = _int(seq_len, "seq_len", where, 1, "pass the tokens per sequence, e.g. 2048")
+        self.dtype = check_dtype(dtype, where)
+        self.vocab_size = None
+        if vocab_size is not None:
+            self.vocab_size = _int(vocab_size, "vocab_size", where, 1, "or leave it None")
+        names = expand_files(files, where)
+        self._reader = TokenReader([describe(n, self.dtype) for n in names], self.dtype)
+        self._checked = self.vocab_size is None  # True: no read needs the vocabulary check
+        if windows and self.seq_len >= self.num_tokens:  # before np.arange(seq_len + 1)
+            raise ValueError(
+                f"{where}: the files hold {self.num_tokens} tokens, fewer than seq_len + 1 = "
+                f"{self.seq_len + 1} (a window and its next token); pass a smaller seq_len or "
+                "more files"
+            )
+        # positions 0 .. L, shared by every item; no document is longer than the corpus
+        self._arange = np.arange(min(self.seq_len, self.num_tokens) + 1, dtype=np.int64)
+
+    def _token_id(self, value: Any, name: str) -> int:
+        info = np.iinfo(self.dtype)
+        where = self._where
+        out = _int(value, name, where, 0, f"pass the {name} of your tokenizer (ids are >= 0)")
+        if out > info.max:
+            raise ValueError(
+                f"{where}: {name} {out} cannot occur in {self.dtype} token files (at most "
+                f"{info.max}); pass the {name} of your tokenizer, or dtype= the files' dtype"
+            )
+        if self.vocab_size is not None and out >= self.vocab_size:
+            raise ValueError(
+                f"{where}: {name} {out} is outside [0, vocab_size={self.vocab_size}); pass "
+                f"the {name} of your tokenizer"
+            )
+        return out
+
+    @property
+    def files(self) -> list[str]:
+        """The token files, as given (after brace expansion), in corpus order."""
+        return [f.name for f in self._reader.files]
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in all files."""
+        return self._reader.total
+
+    def _check_index(self, index: SupportsIndex) -> int:
+        try:
+            i = operator.index(index)
+        except TypeError as exc:
+            raise TypeError(
+                f"{self._where}: index must be an int, got {type(index).__name__}; "
+                "index one sequence at a time"
+            ) from exc
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"{self._where}: index must be in [0, {n}), got {i}")
+        return i + n if i < 0 else i
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        tokens = self._reader.read(start, stop)
+        if not self._checked:
+            bad = _tokenindex.first_out_of_vocab(tokens, self.vocab_size or 0)
+            if bad is not None:
+                k = self._reader.file_at(start + bad)
+                at = start + bad - self._reader.starts[k]
+                name = self._reader.files[k].name
+                raise _tokenindex.vocab_error(name, at, int(tokens[bad]), self.vocab_size or 0)
+        return tokens
+
+    def _signature(self, *fields: Any) -> str:
+        spec = repr((type(self).__name__, self.seq_len, self.dtype.str, *fields))
+        return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+class TokenWindows(_TokenCorpus):
+    """Fixed windows of a token corpus: item ``i`` is tokens ``[i·L, (i+1)·L + 1)``.
+
+    Args:
+        files: a path, a brace pattern (``"train-{00..09}.bin"``) or a list of paths: flat
+            token files, read as their concatenation in this order.
+        seq_len: ``L``, tokens per item.
+        dtype: the files' integer dtype (``np.uint16`` for vocabularies up to 65,536).
+        eos_id: the end-of-document token; given, items also hold ``position_ids`` restarting
+            at 0 after each one, for document-masked attention.
+        vocab_size: given, every token read is checked to be in ``[0, vocab_size)``.
+
+    An item is ``{"input_ids": the first L tokens, "labels": the last L (each input's next
+    token)[, "position_ids"]}``, int64 tensors. ``len()`` is ``(tokens - 1) // L``: the tail
+    that does not fill a window is never read. A window may cross files: it holds their tokens
+    in order. Memory is O(files); an item is one memmap slice (two at a file boundary).
+    """
+
+    _where = "TokenWindows"
+    #: Read by the loader when the corpus grows (docs/growth.md): files appended after the old
+    #: ones keep every old window, which :meth:`signature_of_first` lets it check.
+    append_stable = True
+
+    def __init__(
+        self,
+        files: _Files,
+        seq_len: int,
+        *,
+        dtype: Any = np.uint16,
+        eos_id: int | None = None,
+        vocab_size: int | None = None,
+    ) -> None:
+        self._setup(files, seq_len, dtype, vocab_size, windows=True)
+        self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
+        self._len = (self.num_tokens - 1) // self.seq_len  # >= 1: _setup checked seq_len
+        self._signatures: dict[int, str] = {}  # signature_of_first, by n
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def stream_signature(self) -> str:
+        """What decides the items, for a loader's or sampler's state: a checkpoint over other
+        windows is refused at ``load_state_dict``. :meth:`signature_of_first` of all windows."""
+        return self.signature_of_first(self._len)
+
+    def signature_of_first(self, n: int) -> str:
+        """The :attr:`stream_signature` of windows ``[0, n)``: what a corpus of only these
+        windows had, so a corpus that grew by files appended after the old ones still has its
+        old signature there. It covers seq_len, dtype, eos_id, ``n`` and, for each file that
+        holds the windows' tokens (``[0, n·L + 1)``), in order, its token count and first
+        tokens (equal-size files in another order are another corpus)."""
+        if n not in self._signatures:  # one read of a few tokens per file, once
+            last = self._reader.file_at(n * self.seq_len)  # the last token window n - 1 reads
+            reader = self._reader
+            files = [
+                (f.tokens, reader.read(start, start + min(_HEAD, f.tokens)).tolist())
+                for f, start in zip(reader.files[: last + 1], reader.starts, strict=False)
+            ]
+            digest = self._signature(self.eos_id, n, files)
+            self._signatures[n] = f"TokenWindows(seq_len={self.seq_len}, windows={n}, {digest})"
+        return self._signatures[n]
+
+    def __getitem__(self, index: SupportsIndex) -> _Sample:
+        i = self._check_index(index)
+        start, length = i * self.seq_len, self.seq_len
+        tokens = self._read(start, start + length + 1).astype(np.int64)
+        sample = {
+            "input_ids": torch.from_numpy(tokens[:-1]),
+            "labels": torch.from_numpy(tokens[1:].copy()),  # its own storage: safe to edit
+        }
+        if self.eos_id is not None:
+            ids = tokens[:-1]
+            first = np.zeros(length, dtype=np.int64)  # where each token's document starts
+            after = np.flatnonzero(ids[:-1] == self.eos_id) + 1
+            first[after] = after
+            np.maximum.accumulate(first, out=first)
+            sample["position_ids"] = torch.from_numpy(self._arange[:length] - first)
+        return sample
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenWindows({len(self.files)} files, {self.num_tokens} tokens, "
+            f"seq_len={self.seq_len}, {len(self)} windows)"
+        )
+
+
+class PackedDocuments(_TokenCorpus):
+    """Whole documents packed into sequences of ``seq_len`` tokens, a pure function of the corpus.
+
+    Args:
+        files: a path, a brace pattern or a list of paths: flat token files, in corpus order.
+        seq_len: ``L``, tokens per sequence.
+        eos_id: the end-of-document token: a document is its tokens up to and including it
+            (a file's tokens after its last one are a document too). Its positions come from
+            the file's boundary index, built by one scan on first use and kept beside the file
+            (or under ``index_dir``); ``seekdata index --eos-id`` builds it ahead of a job.
+            None only with ``document_ends``.
+        dtype: the files' integer dtype.
+        pad_id: the token that fills the end of a sequence no document fits.
+        vocab_size: given, token ids must be in ``[0, vocab_size)``: checked from the index's
+            recorded smallest and largest id when the dataset is built, else as tokens are read.
+        document_ends: instead of ``eos_id``: each document's end offset in the concatenation
+            of the files (exclusive, increasing, the last one the number of tokens).
+        index_dir: where the boundary indexes live; default: beside each file.
+        rebuild_index: rebuild the index of a file that changed since it was indexed, instead
+            of raising ``ValueError``.
+
+    An item is ``{"input_ids", "labels", "position_ids"}``, int64 tensors of ``L``: the
+    documents one after another, then ``pad_id``. ``labels`` is each token's next token within
+    its document, :data:`IGNORE_INDEX` at each document's last token and on padding;
+    ``position_ids`` restart at 0 at each document (and once for the padding), as Hugging
+    Face's ``DataCollatorWithFlattening`` and flash-attention's varlen kernels expect. A
+    document is never split unless it is longer than ``L``: then it is cut into pieces of
+    ``L`` tokens, each a sequence of its own (the last label of a piece is the document's next
+    token), and the rest is packed like a document. Which documents share a sequence never
+    depends on order, rank, workers or resume (docs/tokens.md: how it is packed).
+    """
+
+    _where = "PackedDocuments"
+    #: Read by the loader when the corpus grows (docs/growth.md): appending documents re-packs
+    #: the last packing block, so old sequence numbers would hold other documents; every
+    #: growth is refused, with :attr:`grow_instead` in the message.
+    append_stable = False
+    grow_instead = (
+        "appending documents re-packs the last block of 65,536 documents, so sequences saved "
+        "in the checkpoint would hold other documents; pack the new files as a dataset of their "
+        "own and add it as a new source (Mixture.changed(state, weights, add={name: "
+        "PackedDocuments(new_files, ...)}), docs/mixtures.md), or start a new run on the grown "
+        "corpus"
+    )
+
+    def __init__(
+        self,
+        files: _Files,
+        seq_len: int,
+        *,
+        eos_id: int | None,
+        dtype: Any = np.uint16,
+        pad_id: int = 0,
+        vocab_size: int | None = None,
+        document_ends: Any = None,
+        index_dir: str | os.PathLike[str] | None = None,
+        rebuild_index: bool = False,
+    ) -> None:
+        where = self._where
+        self._setup(files, seq_len, dtype, vocab_size)
+        if self.seq_len > _packing.MAX_SEQ_LEN:  # the packer counts documents per length
+            raise ValueError(
+                f"{where}: seq_len must be at most {_packing.MAX_SEQ_LEN:,} tokens (the packing "
+                f"keeps a count per length up to seq_len); got {self.seq_len:,}; pass the "
+                f"tokens per sequence your model takes, e.g. 2048"
+            )
+        self.pad_id = self._token_id(pad_id, "pad_id")
+        if not isinstance(rebuild_index, bool):
+            raise TypeError(f"{where}: rebuild_index must be a bool, got {rebuild_index!r}")
+        if (eos_id is None) == (document_ends is None):
+            raise ValueError(
+                f"{where}: pass eos_id= (boundaries found by scanning the files) or "
+                f"document_ends= (boundaries you give), exactly one of them; got "
+                f"eos_id={eos_id!r} and document_ends={'None' if document_ends is None else '...'}"
+            )
+        self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
+        self._tails: frozenset[int] = frozenset()  # documents that end a file without eos
+        if self.eos_id is None:
+            bounds = self._given_bounds(document_ends)
+        else:
+            bounds = self._indexed_bounds(None if index_dir is None else os.fspath(index_dir),
+                                          rebuild_index)  # fmt: skip
+        self._bounds = bounds
+        self._packing = _packing.Packing(bounds, self.seq_len)
+        self._stream_signature: str | None = None
+
+    def _indexed_bounds(self, index_dir: str | None, rebuild: bool) -> np.ndarray:
+        assert self.eos_id is not None  # the caller checked
+        files, starts = self._reader.files, self._reader.starts
+        indexes = []
+        for f in files:
+            index = _tokenindex.load_or_build(
+                f, self.dtype, self.eos_id, index_dir=index_dir, rebuild=rebuild
+            )
+            if self.vocab_size is not None:
+                _tokenindex.check_vocab(f, index, self.dtype, self.vocab_size)
+            indexes.append(index)
+        self._checked = True  # every file's ids were checked from its index
+        # a file's tokens after its last eos (or a file without one) are a document too
+        tails = [
+            len(ix.ends) == 0 or ix.ends[-1] != f.tokens
+            for f, ix in zip(files, indexes, strict=True)
+        ]
+        counts = [len(ix.ends) + tail for ix, tail in zip(indexes, tails, strict=True)]
+        bounds = np.empty(sum(counts) + 1, dtype=np.int64)
+        bounds[0], at, tail_docs = 0, 1, []
+        for k, (ix, tail) in enumerate(zip(indexes, tails, strict=True)):
+            np.add(ix.ends, starts[k], out=bounds[at : at + len(ix.ends)])
+            at += len(ix.ends)
+            if tail:
+                bounds[at] = starts[k + 1]
+                tail_docs.append(at - 1)
+                at += 1
+        self._tails = frozenset(tail_docs)
+        return bounds
+
+    def _given_bounds(self, document_ends: Any) -> np.ndarray:
+        where, total = self._where, self.num_tokens
+        ends = np.asarray(document_ends)
+        if ends.ndim != 1 or ends.dtype.kind not in "ui" or len(ends) == 0:
+            raise TypeError(
+                f"{where}: document_ends must be a non-empty 1-d array of ints (each document's "
+                f"end offset); got {ends.dtype} of shape {ends.shape}"
+            )
+        bounds = np.empty(len(ends) + 1, dtype=np.int64)
+        bounds[0] = 0
+        bounds[1:] = ends
+        if int(bounds[-1]) != total or not bool((bounds[1:] > bounds[:-1]).all()):
+            raise ValueError(
+                f"{where}: document_ends must increase strictly from >= 1 to the files' "
+                f"{total} tokens (the last document's end); got {len(ends)} offsets from "
+                f"{int(ends[0])} to {int(ends[-1])}; pass np.cumsum(document_lengths)"
+            )
+        return bounds
+
+    # -- sizes -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._packing)
+
+    @property
+    def num_documents(self) -> int:
+        return len(self._bounds) - 1
+
+    @property
+    def utilization(self) -> float:
+        """Document tokens ÷ sequence tokens: 1 minus the padding's share."""
+        return self.num_tokens / (len(self) * self.seq_len)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the dataset holds for its documents and packing (the token files aside)."""
+        return self._bounds.nbytes + self._packing.nbytes
+
+    @property
+    def stream_signature(self) -> str:
+        """What decides the sequences (seq_len, dtype, pad_id, the documents' lengths in order
+        (a blake2b digest of their boundaries), the packing's version and its sequences per
+        block), for a loader's or sampler's state: a checkpoint over another packing, or over
+        the corpus in another order, is refused at ``load_state_dict``. How the corpus is cut
+        into files, and where the boundaries came from, are not part of it."""
+        if self._stream_signature is None:  # hashed once: 1e7 documents in ~0.1 s
+            lengths = hashlib.blake2b(self._bounds.astype("<i8", copy=False).data, digest_size=16)
+            digest = self._signature(
+                _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_tokens,
+                self.num_documents, lengths.hexdigest(), self._packing.sequences_per_block,
+            )  # fmt: skip
+            self._stream_signature = (
+                f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
+            )
+        return self._stream_signature
+
+    def locate(self, index: SupportsIndex) -> list[tuple[int, int, int]]:
+        """``(document, start, stop)`` of each document piece in sequence ``index``, in order:
+        the document's number in the corpus and its tokens' positions in the concatenation."""
+        return [
+            (s.document, s.start, s.stop) for s in self._packing.segments(self._check_index(index))
+        ]
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def __getitem__(self, index: SupportsIndex) -> _Sample:
+        length = self.seq_len
+        ids = np.full(length, self.pad_id, dtype=np.int64)
+        labels = np.full(length, IGNORE_INDEX, dtype=np.int64)
+        positions = np.empty(length, dtype=np.int64)
+        at, ends = 0, 0  # ends: the documents here that end with eos_id
+        segments = self._packing.segments(self._check_index(index))
+        for doc, start, stop in segments:
+            n = stop - start
+            whole = stop == self._bounds[doc + 1]  # else a piece: its last label comes next
+            tokens = self._read(start, stop if whole else stop + 1)
+            if whole and self.eos_id is not None and doc not in self._tails:
+                if tokens[-1] != self.eos_id:
+                    self._not_indexed(doc, stop - 1, inside=False)
+                ends += 1
+            ids[at : at + n] = tokens[:n]
+            labels[at : at + n - 1] = tokens[1:n]
+            if not whole:
+                labels[at + n - 1] = tokens[n]
+            positions[at : at + n] = self._arange[:n]
+            at += n
+        if self.eos_id is not None and np.count_nonzero(ids[:at] == self.eos_id) != ends:
+            self._eos_inside(segments)  # one compare for the item: the index still holds
+        pad = length - at  # the padding's positions restart once
+        positions[at:] = self._arange[:pad] if pad < len(self._arange) else np.arange(pad)
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "labels": torch.from_numpy(labels),
+            "position_ids": torch.from_numpy(positions),
+        }
+
+    def _eos_inside(self, segments: list[_packing.Segment]) -> None:
+        """Raise naming the first eos_id before the last token of one of ``segments``."""
+        for doc, start, stop in segments:
+            last = stop - 1 if stop == self._bounds[doc + 1] else stop  # a piece: all inside
+            inner = np.flatnonzero(self._reader.read(start, last) == self.eos_id)
+            if len(inner):
+                self._not_indexed(doc, start + int(inner[0]), inside=True)
+
+    def _not_indexed(self, doc: int, at: int, inside: bool) -> None:
+        """Raise: the token at position ``at`` of document ``doc`` is eos_id before its last
+        token (``inside``), or its last token is not eos_id."""
+        k = self._reader.file_at(at)
+        f = self._reader.files[k]
+        offset = at - self._reader.starts[k]
+        assert self.eos_id is not None  # only called with one
+        problem = (
+            f"token {offset} of the file, inside document {doc}, is eos_id {self.eos_id}, but "
+            f"its document index ends that document later"
+            if inside
+            else f"its document index ends document {doc} at token {offset + 1}, but the token "
+            f"before it is not eos_id {self.eos_id}"
+        )
+        raise ValueError(
+            f"token file {f.name}: {problem}; the index does not describe this file (edited, or "
+            f"the file rewritten with its old size and mtime), so labels would cross documents. "
+            + _tokenindex.rebuild_hint(f.name, self.eos_id, self.dtype)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedDocuments({len(self.files)} files, {self.num_documents} documents, "
+            f"seq_len={self.seq_len}, {len(self)} sequences, "
+            f"{100 * self.utilization:.2f}% tokens)"
+        )

@@ -1,0 +1,296 @@
+"""Document-boundary indexes of token files: one vectorised scan, kept beside the file.
+
+Finding the end-of-document tokens of a corpus is a pass over its bytes, so it is done once per
+file and stored as ``<file>.seekdata-docs`` (or under ``index_dir``): one line of JSON (the
+file's size and mtime, dtype, eos id, token and document counts, smallest and largest token
+id, a digest of the token count, the smallest and largest id and the offsets), padded to 64
+bytes, then the documents' end offsets in the file
+as little-endian int64 (the position after each end-of-document token). The rules are
+:mod:`seekdata.sources.wds.tarindex`'s: missing, unreadable, or written for another eos id or dtype:
+built. Same stamp: used without reading the token file. Same size, new mtime: rescanned, kept
+if no boundary moved. Otherwise the file changed: a ``ValueError`` naming it, unless
+``rebuild``. An index whose offsets do not match its own header (edited, truncated) is
+refused too; and :class:`seekdata.tokens.PackedDocuments` checks, as it reads each document,
+that its last token is the end-of-document token.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from seekdata.sources.tokens.files import TokenFile, describe
+
+#: ``format`` field of every index header.
+INDEX_FORMAT = "seekdata-token-docs"
+#: Bumped whenever the layout changes; other versions are rebuilt. 2: the digest covers the
+#: token count and the smallest and largest id too (an edit of them skipped the vocabulary check).
+INDEX_VERSION = 2
+#: Appended to a token file's name to name its index.
+INDEX_SUFFIX = ".seekdata-docs"
+_ALIGN = 64  # the header is padded to this, so the offsets are aligned for memmap
+_CHUNK = 1 << 24  # tokens per step of the scan
+_MAX_HEADER = 1 << 16
+
+
+@dataclass(frozen=True, eq=False)
+class DocIndex:
+    """The end-of-document offsets of one token file, and the stamp they were found under."""
+
+    size: int  #: token file size when indexed
+    mtime_ns: int  #: token file mtime when indexed
+    dtype: str  #: numpy dtype string, e.g. ``"<u2"``
+    eos_id: int
+    tokens: int
+    min_id: int  #: smallest token id in the file
+    max_id: int  #: largest token id in the file
+    ends: np.ndarray  #: int64: one past each end-of-document token, increasing
+
+    def header(self, name: str, digest: str) -> dict[str, Any]:
+        return {
+            "format": INDEX_FORMAT,
+            "version": INDEX_VERSION,
+            "file": name,
+            "size": self.size,
+            "mtime_ns": self.mtime_ns,
+            "dtype": self.dtype,
+            "eos_id": self.eos_id,
+            "tokens": self.tokens,
+            "documents": len(self.ends),
+            "min_id": self.min_id,
+            "max_id": self.max_id,
+            "blake2b": digest,
+        }
+
+
+def index_path(path: str, index_dir: str | None) -> str:
+    """Where the index of the token file ``path`` lives."""
+    if index_dir is None:
+        return path + INDEX_SUFFIX
+    real = os.path.realpath(path)
+    digest = hashlib.sha256(real.encode()).hexdigest()[:16]
+    return os.path.join(index_dir, f"{os.path.basename(real)}.{digest}{INDEX_SUFFIX}")
+
+
+def rebuild_hint(name: str, eos_id: int, dtype: np.dtype[Any]) -> str:
+    """How to rebuild the index of ``name``, for error messages."""
+    flag = "" if dtype == np.uint16 else f" --dtype {dtype.name}"
+    return (
+        f"rebuild its index with `seekdata index --eos-id {eos_id}{flag} {name!r} --force` or "
+        "PackedDocuments(..., rebuild_index=True)"
+    )
+
+
+def _digest(tokens: int, min_id: int, max_id: int, ends: np.ndarray) -> str:
+    """What the header's ``blake2b`` covers: every field the index is trusted for."""
+    h = hashlib.blake2b(np.array([tokens, min_id, max_id], dtype="<i8").data, digest_size=16)
+    h.update(np.ascontiguousarray(ends, dtype="<i8").data)
+    return h.hexdigest()
+
+
+def scan(f: TokenFile, dtype: np.dtype[Any], eos_id: int) -> DocIndex:
+    """Find the end-of-document tokens of one file, a chunk of tokens at a time."""
+    tokens = np.memmap(f.path, dtype=dtype, mode="r", offset=f.offset, shape=(f.tokens,))
+    ends, low, high = [], None, None
+    for start in range(0, f.tokens, _CHUNK):
+        chunk = np.asarray(tokens[start : start + _CHUNK])
+        ends.append(np.flatnonzero(chunk == eos_id).astype(np.int64) + (start + 1))
+        lo, hi = int(chunk.min()), int(chunk.max())
+        low, high = lo if low is None else min(low, lo), hi if high is None else max(high, hi)
+    del tokens
+    assert low is not None and high is not None  # a described file holds a token
+    st = os.stat(f.path)
+    return DocIndex(
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        dtype=dtype.str,
+        eos_id=eos_id,
+        tokens=f.tokens,
+        min_id=low,
+        max_id=high,
+        ends=np.concatenate(ends),
+    )
+
+
+class _Unsound(Exception):
+    """The index's header is ours, but its offsets do not match it."""
+
+
+def _read(ipath: str, dtype: np.dtype[Any], eos_id: int) -> DocIndex | None:
+    """The index at ``ipath``; None when missing, unreadable, or for another eos id or dtype.
+    Raises :class:`_Unsound` when its offsets do not match its header."""
+    try:
+        with open(ipath, "rb") as fp:
+            line = fp.readline(_MAX_HEADER)
+        head = json.loads(line)
+        if (head["format"], head["version"]) != (INDEX_FORMAT, INDEX_VERSION):
+            return None
+        if (head["dtype"], head["eos_id"]) != (dtype.str, eos_id):
+            return None  # an index for other arguments: rebuilt for these
+        count, tokens = int(head["documents"]), int(head["tokens"])
+        size = os.path.getsize(ipath)
+        stamp = (int(head["size"]), int(head["mtime_ns"]), int(head["min_id"]))
+        high, digest = int(head["max_id"]), str(head["blake2b"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if size != len(line) + 8 * count or len(line) % _ALIGN:
+        raise _Unsound(f"its header says {count} documents, but it holds {size - len(line)} bytes")
+    ends = np.memmap(ipath, dtype="<i8", mode="r", offset=len(line), shape=(count,))
+    if count and not (ends[0] >= 1 and ends[-1] <= tokens and bool((ends[1:] > ends[:-1]).all())):
+        raise _Unsound(f"its offsets are not increasing within the file's {tokens} tokens")
+    if _digest(tokens, stamp[2], high, ends) != digest:
+        raise _Unsound("its offsets or recorded ids do not match the digest in its header")
+    return DocIndex(stamp[0], stamp[1], dtype.str, eos_id, tokens, stamp[2], high, ends)
+
+
+def _write(ipath: str, index: DocIndex, name: str) -> None:
+    directory = os.path.dirname(ipath)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    digest = _digest(index.tokens, index.min_id, index.max_id, index.ends)
+    line = json.dumps(index.header(name, digest), separators=(",", ":")).encode()
+    pad = -(len(line) + 1) % _ALIGN
+    tmp = f"{ipath}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # atomic: ranks may race
+    with open(tmp, "wb") as fp:
+        fp.write(line + b" " * pad + b"\n")
+        fp.write(np.ascontiguousarray(index.ends, dtype="<i8").tobytes())
+    os.replace(tmp, ipath)
+
+
+def load_or_build(
+    f: TokenFile,
+    dtype: np.dtype[Any],
+    eos_id: int,
+    *,
+    index_dir: str | None,
+    rebuild: bool = False,
+    force: bool = False,
+) -> DocIndex:
+    """The validated boundary index of one token file; see the module docstring for the rules."""
+    ipath = index_path(f.path, index_dir)
+    hint = rebuild_hint(f.name, eos_id, dtype)
+    try:
+        old = None if force else _read(ipath, dtype, eos_id)
+    except _Unsound as exc:
+        if not rebuild:
+            raise ValueError(
+                f"token file {f.name}: its document index {ipath} cannot be trusted ({exc}); "
+                f"it was edited or corrupted. {hint}"
+            ) from None
+        old = None
+    if old is not None and (old.size, old.mtime_ns) == (f.size, f.mtime_ns):
+        return old
+    if old is not None and old.size != f.size and not rebuild:
+        raise _changed(f, old, hint)
+    new = scan(f, dtype, eos_id)
+    unchanged = old is not None and np.array_equal(old.ends, new.ends)
+    if old is not None and not unchanged and not rebuild:
+        raise _changed(f, old, hint)
+    try:
+        _write(ipath, new, f.name)
+    except OSError as exc:
+        if not unchanged:  # an unchanged index with a stale stamp still describes the file
+            raise ValueError(
+                f"token file {f.name}: cannot write its document index to {ipath} ({exc}); "
+                "pass index_dir= (--index-dir) a writable directory"
+            ) from exc
+    return new
+
+
+def _changed(f: TokenFile, old: DocIndex, hint: str) -> ValueError:
+    how = (
+        f"size {old.size} → {f.size} bytes"
+        if old.size != f.size
+        else "same size, but its document boundaries moved"
+    )
+    return ValueError(
+        f"token file {f.name} changed since its document index was built ({how}); positions "
+        f"saved in a checkpoint may now name other sequences. If the change is intended, {hint}"
+    )
+
+
+def first_out_of_vocab(tokens: np.ndarray, vocab_size: int) -> int | None:
+    """The first position of ``tokens`` holding an id outside ``[0, vocab_size)``, or None."""
+    for start in range(0, len(tokens), _CHUNK):
+        chunk = np.asarray(tokens[start : start + _CHUNK])
+        bad = np.flatnonzero((chunk < 0) | (chunk >= vocab_size))
+        if len(bad):
+            return start + int(bad[0])
+    return None
+
+
+def vocab_error(name: str, position: int, token: int, vocab_size: int) -> ValueError:
+    return ValueError(
+        f"token file {name}: token {position} of the file is id {token}, outside "
+        f"[0, vocab_size={vocab_size}); the file was tokenized with another vocabulary, holds "
+        f"another dtype, or is corrupt; check dtype= and vocab_size="
+    )
+
+
+def check_vocab(f: TokenFile, index: DocIndex, dtype: np.dtype[Any], vocab_size: int) -> None:
+    """Refuse ``f`` when its recorded ids leave ``[0, vocab_size)``, naming the first such token."""
+    if index.min_id >= 0 and index.max_id < vocab_size:
+        return
+    tokens = np.memmap(f.path, dtype=dtype, mode="r", offset=f.offset, shape=(f.tokens,))
+    position = first_out_of_vocab(tokens, vocab_size)
+    where = 0 if position is None else position  # None: the file changed since it was indexed
+    raise vocab_error(f.name, where, int(tokens[where]), vocab_size)
+
+
+@dataclass(frozen=True)
+class Indexed:
+    """What ``seekdata index`` reports for one token file."""
+
+    name: str
+    tokens: int
+    documents: int
+
+
+def index_files(
+    names: Sequence[str],
+    *,
+    dtype: np.dtype[Any],
+    eos_id: int,
+    vocab_size: int | None = None,
+    index_dir: str | None = None,
+    force: bool = False,
+    jobs: int = 1,
+    progress: Callable[[Iterator[Indexed], int], Iterable[Indexed]] | None = None,
+) -> list[Indexed]:
+    """Load or build the boundary index of every token file (``seekdata index --eos-id``)."""
+    one = functools.partial(
+        _index_one, dtype=dtype, eos_id=eos_id, vocab_size=vocab_size,
+        index_dir=index_dir, force=force,
+    )  # fmt: skip
+    # the scan is numpy over each file: processes give one core per file
+    pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    try:
+        results: Iterator[Indexed] = pool.map(one, names) if pool else map(one, names)
+        return list(progress(results, len(names)) if progress else results)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+
+
+def _index_one(
+    name: str,
+    *,
+    dtype: np.dtype[Any],
+    eos_id: int,
+    vocab_size: int | None,
+    index_dir: str | None,
+    force: bool,
+) -> Indexed:
+    f = describe(name, dtype)
+    index = load_or_build(f, dtype, eos_id, index_dir=index_dir, force=force)
+    if vocab_size is not None:
+        check_vocab(f, index, dtype, vocab_size)
+    return Indexed(name, f.tokens, len(index.ends) + (int(index.ends[-1:].sum()) != f.tokens))

@@ -1,0 +1,1 @@
+"""Webdataset tar shards: the byte-offset index, its checks, and shard URLs."""

@@ -1,0 +1,372 @@
+"""Byte-offset indexes of webdataset tar shards (scanned with :mod:`tarfile`).
+
+An index lists each sample's ``__key__`` and each member's extension, data offset, size and
+header bytes (its tar header, with any pax or long-name headers before it), grouped as
+webdataset groups them, and where the archive ends. It is a JSON file beside the shard
+(``<shard>.seekdata-index.json``) or under ``index_dir``, stamped with the shard's size
+and mtime. Missing or unreadable: built. Same stamp: used without reading the shard.
+Same size, new mtime: rescanned, and kept if no sample moved. Otherwise the shard
+changed: a ``ValueError`` naming it, unless ``rebuild=True``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import stat
+import tarfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from webdataset.tariterators import base_plus_ext
+
+from seekdata.sources.wds import tarcheck as _tarcheck
+from seekdata.sources.wds.urls import local_path, url_scheme
+
+#: ``format`` field of every index file.
+INDEX_FORMAT = "seekdata-wds-index"
+#: Bumped whenever the index layout changes; other versions are rebuilt.
+INDEX_VERSION = 2
+#: Appended to a shard's file name to name its index.
+INDEX_SUFFIX = ".seekdata-index.json"
+
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+_BLOCK = tarfile.BLOCKSIZE
+
+
+@dataclass(frozen=True, eq=False)
+class ShardIndex:
+    """Samples of one shard: keys, and each member's extension, data offset and size."""
+
+    size: int  #: shard size in bytes when indexed
+    mtime_ns: int  #: shard mtime when indexed
+    keys: list[str]  #: ``__key__`` of each sample, in tar order
+    exts: list[str]  #: table of extensions; ``member_ext`` indexes into it
+    starts: np.ndarray  #: int64, ``len(keys) + 1``: sample i owns members starts[i]:starts[i+1]
+    member_ext: np.ndarray  #: int64 index into ``exts``
+    offsets: np.ndarray  #: int64 data offset of each member
+    sizes: np.ndarray  #: int64 data size of each member
+    #: int64 bytes of each member's headers: its data starts this far after its first header
+    #: (stored as runs of equal values)
+    headers: np.ndarray
+    end: int  #: offset of the end-of-archive marker
+
+    def same_layout(self, other: ShardIndex) -> bool:
+        """Whether both describe the same samples at the same offsets (stamps aside)."""
+        mine, theirs = self.to_json(""), other.to_json("")
+        return all(mine[k] == theirs[k] for k in mine if k not in ("size", "mtime_ns"))
+
+    def to_json(self, shard: str) -> dict[str, Any]:
+        return {
+            "format": INDEX_FORMAT,
+            "version": INDEX_VERSION,
+            "shard": shard,
+            "size": self.size,
+            "mtime_ns": self.mtime_ns,
+            "keys": self.keys,
+            "exts": self.exts,
+            "members_per_sample": np.diff(self.starts).tolist(),
+            "member_ext": self.member_ext.tolist(),
+            "offsets": self.offsets.tolist(),
+            "sizes": self.sizes.tolist(),
+            "headers": _runs(self.headers),
+            "end": self.end,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ShardIndex | None:
+        """The index in ``doc``, or None when it is not a readable index of this version."""
+        try:
+            if doc["format"] != INDEX_FORMAT or doc["version"] != INDEX_VERSION:
+                return None
+            counts = np.asarray(doc["members_per_sample"], dtype=np.int64)
+            index = cls(
+                size=int(doc["size"]),
+                mtime_ns=int(doc["mtime_ns"]),
+                keys=[str(k) for k in doc["keys"]],
+                exts=[str(e) for e in doc["exts"]],
+                starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                member_ext=np.asarray(doc["member_ext"], dtype=np.int64),
+                offsets=np.asarray(doc["offsets"], dtype=np.int64),
+                sizes=np.asarray(doc["sizes"], dtype=np.int64),
+                headers=_unruns(doc["headers"]),
+                end=int(doc["end"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        n = int(index.starts[-1])
+        members = (index.member_ext, index.offsets, index.sizes, index.headers)
+        sound = (
+            len(index.keys) == len(counts)
+            and bool((counts >= 1).all())
+            and all(len(column) == n for column in members)
+            and all(0 <= e < len(index.exts) for e in set(index.member_ext.tolist()))
+        )
+        return index if sound else None
+
+
+def _runs(values: np.ndarray) -> list[list[int]]:
+    """``[[value, count], ...]``: a shard's members mostly have headers of one size."""
+    cut = np.flatnonzero(np.diff(values)) + 1
+    starts = np.concatenate([[0], cut]) if len(values) else cut
+    counts = np.diff(np.append(starts, len(values)))
+    return [[int(values[i]), int(c)] for i, c in zip(starts, counts, strict=True)]
+
+
+def _unruns(runs: Any) -> np.ndarray:
+    """The values :func:`_runs` wrote, one per member; ``ValueError`` for anything else."""
+    if not all(isinstance(r, list) and len(r) == 2 and r[1] >= 1 for r in runs):
+        raise ValueError("headers must be [value, count] runs")
+    return np.repeat(*np.asarray(runs, dtype=np.int64).reshape(-1, 2).T)
+
+
+@dataclass(frozen=True, eq=False)
+class Shard:
+    """One shard: its URL as given, the local file read (absolute), and its index."""
+
+    url: str
+    path: str
+    index: ShardIndex
+    #: ``__local_path__`` of its samples, as webdataset sets it: None for ``pipe:`` shards
+    local_path: str | None
+
+
+def index_path(path: str, index_dir: str | None) -> str:
+    """Where the index of the local shard ``path`` lives."""
+    if index_dir is None:
+        return path + INDEX_SUFFIX
+    real = os.path.realpath(path)
+    digest = hashlib.sha256(real.encode()).hexdigest()[:16]
+    return os.path.join(index_dir, f"{os.path.basename(real)}.{digest}{INDEX_SUFFIX}")
+
+
+def scan_shard(path: str, url: str) -> ShardIndex:
+    """Index one local tar shard by reading its headers with :mod:`tarfile`."""
+    st = os.stat(path)
+    keys: list[str] = []
+    exts: dict[str, int] = {}
+    starts: list[int] = []  # member index where each sample starts, then the end
+    member_ext: list[int] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    headers: list[int] = []
+    current: set[str] = set()
+    with open(path, "rb") as f:
+        magic = f.read(8)
+        for prefix, kind in _COMPRESSED.items():
+            if magic.startswith(prefix):
+                raise ValueError(
+                    f"shard {url}: random access needs an uncompressed tar, but this one is "
+                    f"{kind}-compressed; decompress it (e.g. `gunzip`) and index the .tar"
+                )
+        f.seek(0)
+        try:
+            tar = tarfile.open(fileobj=f, mode="r:")  # noqa: SIM115 - the open must be in try
+        except tarfile.TarError as exc:
+            raise ValueError(
+                f"shard {url} is not a readable tar file ({exc}): it is truncated, corrupt, "
+                "or not a tar; check the path, or rewrite the shard"
+            ) from exc
+        with tar:
+            for info in _sample_members(tar, url):
+                key, ext = base_plus_ext(info.name)
+                if key is None:
+                    continue
+                ext = ext.lower()
+                if not keys or key != keys[-1]:
+                    keys.append(key)
+                    starts.append(len(offsets))
+                    current = set()
+                if ext in current:
+                    raise ValueError(
+                        f"shard {url}: sample {key!r} has two members with extension {ext!r} "
+                        f"(at {info.name!r}); each extension may appear once per sample"
+                    )
+                current.add(ext)
+                member_ext.append(exts.setdefault(ext, len(exts)))
+                offsets.append(info.offset_data)
+                sizes.append(info.size)
+                headers.append(info.offset_data - info.offset)
+                tar.members = []  # type: ignore[attr-defined]  # not in typeshed; keeps memory flat
+            end = tar.offset
+        f.seek(end)
+        if f.read(_BLOCK) != bytes(_BLOCK):
+            raise ValueError(_truncated(url, f"no end-of-archive marker at byte {end}"))
+    starts.append(len(offsets))
+    return ShardIndex(
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        keys=keys,
+        exts=list(exts),
+        starts=np.asarray(starts, dtype=np.int64),
+        member_ext=np.asarray(member_ext, dtype=np.int64),
+        offsets=np.asarray(offsets, dtype=np.int64),
+        sizes=np.asarray(sizes, dtype=np.int64),
+        headers=np.asarray(headers, dtype=np.int64),
+        end=end,
+    )
+
+
+def _sample_members(tar: tarfile.TarFile, url: str) -> Iterator[tarfile.TarInfo]:
+    """The members webdataset's ``tar_file_iterator`` keeps, in tar order."""
+    while True:
+        try:
+            info = tar.next()
+        except tarfile.TarError as exc:
+            raise ValueError(_truncated(url, str(exc))) from exc
+        if info is None:
+            return
+        name = info.name
+        if _tarcheck.ignored(info):
+            continue
+        if info.issparse():
+            raise ValueError(
+                f"shard {url}: member {name!r} is a sparse file, whose bytes are not stored "
+                "contiguously; rewrite the shard without sparse members"
+            )
+        if not _tarcheck.SKIP_META.match(name):
+            yield info
+
+
+def rebuild_hint(url: str) -> str:
+    """How to rebuild the index of the shard ``url``, for error messages."""
+    return (
+        f"rebuild its index with `seekdata index {url!r} --force` "
+        "or TarShards(..., rebuild_index=True)"
+    )
+
+
+def _truncated(url: str, detail: str) -> str:
+    return (
+        f"shard {url} is truncated or corrupt ({detail}); a complete tar ends with an "
+        "end-of-archive marker. Rewrite or re-download the shard"
+    )
+
+
+def _read_index(ipath: str) -> ShardIndex | None:
+    try:
+        with open(ipath, encoding="utf-8") as f:
+            return ShardIndex.from_json(json.load(f))
+    except (OSError, ValueError):
+        return None  # missing or unreadable: rebuilt
+
+
+def _write_index(ipath: str, index: ShardIndex, url: str, index_dir: str | None) -> None:
+    if index_dir is not None:
+        os.makedirs(index_dir, exist_ok=True)
+    tmp = f"{ipath}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # atomic: ranks may race
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(index.to_json(url), f, separators=(",", ":"))
+    os.replace(tmp, ipath)
+
+
+def load_or_build(
+    url: str, path: str, *, index_dir: str | None, rebuild: bool = False, force: bool = False
+) -> ShardIndex:
+    """The validated index of one local shard; see the module docstring for the rules."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as exc:
+        where = "" if path == url else f" (looked for {path})"
+        hint = "; globs are not expanded, pass sorted(glob.glob(...))" if "*" in url else ""
+        raise ValueError(
+            f"shard {url} does not exist{where}; check the path or pattern{hint}"
+        ) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"shard {url}: expected a tar file, got a directory or device")
+    ipath = index_path(path, index_dir)
+    old = None if force else _read_index(ipath)
+    if old is not None and (old.size, old.mtime_ns) == (st.st_size, st.st_mtime_ns):
+        problem = _tarcheck.index_problem(old) or _tarcheck.unlisted_member(path, old)
+        if problem is None:
+            return old
+        if not rebuild:
+            raise ValueError(
+                f"shard {url}: its index {ipath} cannot describe this shard ({problem}); "
+                "the index was edited or corrupted. " + rebuild_hint(url)
+            )
+        old = None
+    if old is not None and old.size != st.st_size and not rebuild:
+        raise _changed(url, old, st)
+    new = scan_shard(path, url)
+    unchanged = old is not None and old.same_layout(new)
+    if old is not None and not unchanged and not rebuild:
+        raise _changed(url, old, st)
+    try:
+        _write_index(ipath, new, url, index_dir)
+    except OSError as exc:
+        if not unchanged:  # an unchanged layout with a stale stamp still reads fine
+            raise ValueError(
+                f"shard {url}: cannot write its index to {ipath} ({exc}); "
+                "pass index_dir= (--index-dir) a writable directory"
+            ) from exc
+    return new
+
+
+def _changed(url: str, old: ShardIndex, st: os.stat_result) -> ValueError:
+    how = (
+        f"size {old.size} → {st.st_size} bytes"
+        if old.size != st.st_size
+        else "same size, but its members moved"
+    )
+    return ValueError(
+        f"shard {url} changed since its index was built ({how}); positions saved in a "
+        "checkpoint may now name other samples. If the change is intended, " + rebuild_hint(url)
+    )
+
+
+def index_shards(
+    urls: Sequence[str],
+    *,
+    index_dir: str | None = None,
+    allow_pipe: bool = False,
+    rebuild: bool = False,
+    force: bool = False,
+    jobs: int = 1,
+    progress: Callable[[Iterator[Shard], int], Iterable[Shard]] | None = None,
+) -> list[Shard]:
+    """Load or build the index of every shard, then check that no sample spans two shards."""
+
+    one = functools.partial(
+        _index_one, index_dir=index_dir, allow_pipe=allow_pipe, rebuild=rebuild, force=force
+    )
+    # tarfile parses headers in Python: scanning is CPU-bound, so jobs are processes
+    pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    try:
+        results: Iterator[Shard] = pool.map(one, urls) if pool else map(one, urls)
+        shards = list(progress(results, len(urls)) if progress else results)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    check_split_keys(shards)
+    return shards
+
+
+def _index_one(
+    url: str, *, index_dir: str | None, allow_pipe: bool, rebuild: bool, force: bool
+) -> Shard:
+    path = local_path(url, index_dir=index_dir, allow_pipe=allow_pipe)
+    index = load_or_build(url, path, index_dir=index_dir, rebuild=rebuild, force=force)
+    # read by absolute path: a later chdir must not change which file a worker opens
+    return Shard(url, os.path.abspath(path), index, None if url_scheme(url) == "pipe" else path)
+
+
+def check_split_keys(shards: Sequence[Shard]) -> None:
+    """Refuse a sample whose members straddle two consecutive shards."""
+    previous: Shard | None = None
+    for shard in shards:
+        keys = shard.index.keys
+        if not keys:
+            continue
+        if previous is not None and previous.index.keys[-1] == keys[0]:
+            raise ValueError(
+                f"sample key {keys[0]!r} is split across shards: it ends {previous.url} and starts "
+                f"{shard.url}. webdataset would yield two half samples; rewrite the shards so each "
+                "sample's files are in one shard (webdataset.ShardWriter does this)"
+            )
+        previous = shard

@@ -1,0 +1,44 @@
+"""Start a few gloo ranks of a script on 127.0.0.1 and wait for them (never leave one behind)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_ranks(script: pathlib.Path, world: int, args: list[str], timeout: float = 180) -> None:
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(world),
+    }
+    procs = []
+    try:
+        for rank in range(world):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(script), *[a.format(rank=rank) for a in args]],
+                    env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            assert p.returncode == 0, out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

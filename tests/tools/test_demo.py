@@ -1,0 +1,118 @@
+"""Fault injection: a real 2-rank torchrun job (gloo, 127.0.0.1) SIGKILLed at 3 random steps
+and resubmitted each time ends bit-identical to the uninterrupted job."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seekdata.tools import demo
+from tests.helpers.paths import ROOT
+
+
+def test_sigkill_three_times_and_resume_is_bit_identical(tmp_path, capsys) -> None:
+    args = demo.parse(
+        [
+            "--ranks",
+            "2",
+            "--workers",
+            "1",
+            "--resume-workers",
+            "0",
+            "--steps",
+            "14",
+            "--kills",
+            "3",
+            "--n",
+            "48",
+            "--batch-size",
+            "8",
+            "--ckpt-every",
+            "2",
+            "--seed",
+            "3",
+            "--out",
+            str(tmp_path / "demo"),
+            "--timeout",
+            "240",
+        ]
+    )
+    summary = demo.run_demo(args)
+    assert len(summary["kills"]) == 3
+    assert summary["params_equal"] and summary["losses_equal"]
+    saved = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert len(saved["losses"]["interrupted"]) == 2  # both ranks compared, every step
+    assert all(len(per) == 14 for per in saved["losses"]["uninterrupted"])
+    assert (tmp_path / "demo" / "losses.png").stat().st_size > 0
+    printed = capsys.readouterr().out
+    assert "2 ranks × 1 worker," in printed and "interrupted job: 1 worker, SIGKILL" in printed
+    assert "interrupted job: 0 workers, SIGKILL" in printed and "1 workers" not in printed
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--steps", "0"], "--steps must be >= 1"),
+        (["--steps", "5", "--kills", "9"], "--kills must be in"),
+        (["--kill-at", "50"], "--kill-at steps must lie in"),
+    ],
+)
+def test_bad_flags(argv, match, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        demo.parse(argv)
+    assert exit_.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_the_readme_command_still_runs_the_demo() -> None:
+    """``python -m seekdata.demo`` (the README's one command) reaches tools/demo.py, whose
+    torchrun workers start ``-m seekdata.tools.demo``."""
+    out = subprocess.run(
+        [sys.executable, "-m", "seekdata.demo", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.startswith("usage: python -m seekdata.demo")
+
+
+def _report(out: Path) -> dict:
+    """The demo's last step, on made-up losses of two ranks (no job is run)."""
+    args = demo.parse(["--out", str(out), "--ranks", "2", "--steps", "4", "--kills", "1"])
+    out.mkdir()
+    ref = [{1: 0.5, 2: 0.25, 3: 0.125, 4: 0.0625}, {1: 0.4, 2: 0.2, 3: 0.1, 4: 0.05}]
+    cut = [dict(per) for per in ref]
+    return demo.report(args, ref, cut, [2], params_equal=True)
+
+
+def test_the_report_writes_and_names_the_plot(tmp_path, capsys) -> None:
+    assert _report(tmp_path / "demo")["losses_equal"] is True
+    last = capsys.readouterr().out.splitlines()[-1]
+    png, summary = tmp_path / "demo" / "losses.png", tmp_path / "demo" / "summary.json"
+    assert last == f"wrote {png} and {summary}"
+    assert png.read_bytes()[:4] == b"\x89PNG" and summary.exists()
+
+
+def test_without_matplotlib_the_report_says_no_plot_and_does_not_claim_one(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # ``import matplotlib`` fails
+    _report(tmp_path / "demo")
+    printed = capsys.readouterr().out
+    assert "no plot: matplotlib is not installed (pip install 'seekdata[demo]'" in printed
+    assert printed.splitlines()[-1] == f"wrote {tmp_path / 'demo' / 'summary.json'}"
+    assert "losses.png" not in printed and not (tmp_path / "demo" / "losses.png").exists()
+
+
+def test_the_demo_output_folder_is_ignored_by_git() -> None:
+    """``python -m seekdata.demo`` run from a checkout leaves nothing for ``git status``."""
+    root = ROOT
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = demo.parse([]).out
+    for name in ("losses.png", "summary.json", "interrupted/rank0.jsonl"):
+        ignored = subprocess.run(
+            ["git", "check-ignore", "--no-index", "-q", f"{out}/{name}"], cwd=root, timeout=60
+        )
+        assert ignored.returncode == 0, f"{out}/{name} is not in .gitignore"
