@@ -34,6 +34,7 @@ def test_version_has_one_source() -> None:
 NAMESPACES = [
     "seekdata",
     "seekdata.checkpoint",
+    "seekdata.elastic",
     "seekdata.integrations.accelerate",
     "seekdata.integrations.lightning",
     "seekdata.integrations.transformers",
