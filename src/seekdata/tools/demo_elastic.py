@@ -114,8 +114,8 @@ def _free_port() -> int:
 class Cluster:
     """torchrun agents on 127.0.0.1, each standing for a node; every process is ended on exit."""
 
-    def __init__(self, run: Path, config: dict[str, Any], timeout: float) -> None:
-        self.run, self.config, self.timeout = run, config, timeout
+    def __init__(self, run: Path, config: dict[str, Any], timeout: float, rdzv_conf: str) -> None:
+        self.run, self.config, self.timeout, self.rdzv_conf = run, config, timeout, rdzv_conf
         self.port = _free_port()
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -142,12 +142,12 @@ class Cluster:
     def node(self, name: str, *, hosts_store: bool = False) -> subprocess.Popen[bytes]:
         """An elastic agent of 2 processes joining the job's c10d rendezvous."""
         host = "true" if hosts_store else "false"  # the node that hosts the store must live
+        conf = ",".join(c for c in (f"is_host={host}", self.rdzv_conf) if c)
         return self.torchrun(
             name,
             2,
             ["--nnodes=1:2", "--max-restarts=3", "--rdzv-backend=c10d", "--rdzv-id=elastic",
-             f"--rdzv-endpoint=127.0.0.1:{self.port}",
-             f"--rdzv-conf=is_host={host},{RDZV_CONF}"],
+             f"--rdzv-endpoint=127.0.0.1:{self.port}", f"--rdzv-conf={conf}"],
         )  # fmt: skip
 
     def wait_held(self, step: int, world: int, alive: list[str]) -> float:
@@ -226,7 +226,7 @@ def run_story(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         run.mkdir(parents=True)
         config = {"script": str(script), "argv": [*argv, "--out", str(run)],
                   "timeout": args.timeout}  # fmt: skip
-        runs[name] = (run, Cluster(run, config, args.timeout))
+        runs[name] = (run, Cluster(run, config, args.timeout, args.rdzv_conf))
     run, cluster = runs["uninterrupted"]
     try:
         cluster.torchrun("ref", 4, ["--standalone", "--nnodes=1"])
@@ -316,6 +316,46 @@ def compare(story: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+#: phases of a membership change, from the event to the first step on the new world
+PHASES = ("torchrun", "process start", "model", "resume (ours)", "first step")
+
+
+def timeline(story: dict[str, Any]) -> list[dict[str, Any]]:
+    """Seconds from each membership change (the node lost, the node back) to the first step
+    on the new world, split at the slowest rank's marks of the first start after it:
+    ``torchrun`` until its first worker process exists (failure detection, the dead node's
+    heartbeat expiry, the rendezvous' last call, the spawn); ``process start`` until every
+    rank's process group is up (python, imports, ``init_process_group``); ``model`` until the
+    model, optimizer and DDP exist; ``resume (ours)`` until every rank holds its first batch
+    (the loader built, the newest checkpoint verified and loaded, ``load_state_dict``, the
+    first batch); ``first step`` until every rank finished it."""
+    procs, rows = story["procs"], []
+    for event, world in (("lost", 2), ("back", 4)):
+        t0 = story["events"][event]
+        start = next(
+            s for s in story["elastic"]
+            if s["world"] == world and min(h["t_init"] for h in s["heads"].values()) > t0
+        )  # fmt: skip
+        heads, firsts = start["heads"].values(), [recs[0] for recs in start["ranks"].values()]
+        created = [procs[h["pid"]]["created"] for h in heads]
+        if None in created:
+            return []
+        marks = [
+            t0,
+            min(created),
+            max(h["t_init"] for h in heads),
+            max(h["t_ready"] for h in heads),
+            max(r["t_batch"] for r in firsts),
+            max(r["t"] for r in firsts),
+        ]
+        row: dict[str, Any] = {"change": f"node {event}", "world": world}
+        row.update({p: b - a for p, a, b in zip(PHASES, marks[:-1], marks[1:], strict=True)})
+        row["total"] = marks[-1] - t0
+        row["resumed_from"] = start["resumed_from"]
+        rows.append(row)
+    return rows
+
+
 # --- the demo: print, draw ---------------------------------------------------------------------
 
 
@@ -333,6 +373,10 @@ def report(story: dict[str, Any], args: argparse.Namespace, out: Path) -> bool:
               f"{'yes' if row['samples_equal'] else 'NO':>22} | {row['loss']:>12.8f} | "
               f"{row['loss_ref']:>13.8f} | {diff}{note}")  # fmt: skip
     ok = all(r["ok"] for r in rows)
+    print()
+    for t in timeline(story):
+        parts = ", ".join(f"{p} {t[p]:.1f} s" for p in PHASES)
+        print(f"{t['change']} -> first step on {t['world']} ranks: {t['total']:.1f} s ({parts})")
     worlds = " -> ".join(f"{s['world']} ranks" for s in starts)
     summary = {"ok": ok, "starts": [{k: s[k] for k in ("world", "resumed_from", "worlds")}
                                     for s in starts], "rows": rows}  # fmt: skip
@@ -396,6 +440,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--timeout", type=float, default=300, help="seconds each phase may take")
     p.add_argument("--script", default=str(default_script()), help="the training script")
+    p.add_argument("--rdzv-conf", default=RDZV_CONF, help="torchrun's --rdzv-conf ('': torch's)")
     p.add_argument("--out", default="seekdata-demo-elastic", help="folder for runs and plot")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
