@@ -7,8 +7,8 @@ the same line on every node (docs/elastic.md, "Across nodes with torchrun", says
 setting is there)::
 
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=1:2 --nproc-per-node=2 \\
-        --max-restarts=3 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 --rdzv-id=job \\
-        --rdzv-conf=last_call_timeout=5 examples/elastic_train.py --out run
+        --max-restarts=3 --rdzv-backend=c10d --rdzv-endpoint=node0:29400 --rdzv-id=job42 \\
+        examples/elastic_train.py --out /shared/run --global-batch 16 --ckpt-every 3
 
 Each rank appends one JSON line per step to ``<out>/log/<start>-rank<r>.jsonl``: the dataset
 indices it consumed and the global mean loss (``<start>`` orders the (re)starts in time); the
