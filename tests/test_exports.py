@@ -34,6 +34,7 @@ def test_version_has_one_source() -> None:
 NAMESPACES = [
     "seekdata",
     "seekdata.checkpoint",
+    "seekdata.elastic",
     "seekdata.integrations.accelerate",
     "seekdata.integrations.lightning",
     "seekdata.integrations.transformers",
@@ -291,8 +292,8 @@ PUBLIC = {
 STATE_KEYS = [
     "K_BATCH_DROP_LAST", "K_BATCH_SIZE", "K_DATASET", "K_DROP_LAST", "K_ENGINE", "K_EPOCH",
     "K_EXHAUSTED", "K_GROWN", "K_HISTORY", "K_KIND", "K_N", "K_ORDER", "K_ORIGIN", "K_POSITION",
-    "K_PREFIX", "K_SAMPLE_SEED", "K_SEED", "K_SHUFFLE", "K_SKIPS", "K_SOURCES", "K_STEP", "K_VERSION",
-    "K_WORLD_SIZE",
+    "K_PREFIX", "K_SAMPLE_SEED", "K_SEED", "K_SHUFFLE", "K_SKIPS", "K_SOURCES", "K_STEP",
+    "K_VERSION", "K_WORLD_SIZE",
 ]  # fmt: skip
 
 

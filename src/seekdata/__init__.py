@@ -6,6 +6,7 @@ cursor of a few integers and resume is an O(1) seek, on any number of ranks and 
 
 # submodules, importable as attributes (seekdata.checkpoint.save, seekdata.transforms.Compose)
 from seekdata import checkpoint as checkpoint
+from seekdata import elastic as elastic
 from seekdata import order as order
 from seekdata import rng as rng
 from seekdata import testing as testing

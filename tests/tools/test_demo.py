@@ -77,6 +77,33 @@ def test_the_readme_command_still_runs_the_demo() -> None:
     assert out.returncode == 0 and out.stdout.startswith("usage: python -m seekdata.demo")
 
 
+def test_the_elastic_demo_is_one_flag_away() -> None:
+    """``python -m seekdata.demo --elastic`` reaches tools/demo_elastic.py (its run is tested in
+    tests/test_elastic_torchrun.py)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "seekdata.demo", "--elastic", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and out.stdout.startswith("usage: python -m seekdata.demo --elastic")
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--kill-at", "12", "--back-at", "11"], "need 0 < --kill-at < --back-at < --steps"),
+        (["--global-batch", "18"], "--global-batch must be a positive multiple of 4"),
+    ],
+)
+def test_bad_elastic_flags(argv, match, capsys) -> None:
+    from seekdata.tools import demo_elastic
+
+    with pytest.raises(SystemExit) as exit_:
+        demo_elastic.parse(argv)
+    assert exit_.value.code == 2 and match in capsys.readouterr().err
+
+
 def _report(out: Path) -> dict:
     """The demo's last step, on made-up losses of two ranks (no job is run)."""
     args = demo.parse(["--out", str(out), "--ranks", "2", "--steps", "4", "--kills", "1"])

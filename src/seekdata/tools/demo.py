@@ -332,6 +332,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=300, help="seconds per job")
     p.add_argument("--out", default="seekdata-demo", help="folder for runs, summary, plot")
+    p.add_argument("--elastic", action="store_true", help="torchrun loses a node and gets it "
+                   "back instead (python -m seekdata.demo --elastic --help)")  # fmt: skip
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("ranks", "steps", "batch_size", "ckpt_every", "n"):
@@ -347,6 +349,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--elastic" in argv:  # a node lost and back under torchrun: its own module
+        from seekdata.tools import demo_elastic
+
+        return demo_elastic.main([a for a in argv if a != "--elastic"])
     args = parse(argv)
     if args.worker:
         _train(argparse.Namespace(**json.loads(os.environ[_CONFIG_ENV])))
