@@ -8,8 +8,7 @@ then the ``RANK`` / ``WORLD_SIZE`` environment variables, else a single process.
 from __future__ import annotations
 
 import os
-import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -120,12 +119,3 @@ def any_rank(flag: bool, device: str | torch.device | None = None) -> bool:
     t = torch.tensor([int(flag)], dtype=torch.int32, device=collective_device(device))
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
-
-
-def exit_finished_rank(code: int = 0) -> NoReturn:
-    """End a rank that has finished (its process group destroyed) without interpreter
-    finalization, where torch's gloo threads can abort the process ("terminate called without
-    an active exception", SIGABRT) and a launcher would report a failed rank. Flushes first."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

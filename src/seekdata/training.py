@@ -25,6 +25,13 @@ that draws from it), :func:`capture_rng` returns this process's state as a dict 
 back. RNG state is per rank: save one per rank, e.g. ``{f"rng/rank{r}": capture_rng()}`` or
 a list gathered with ``torch.distributed.all_gather_object``; :func:`restore_rng` accepts
 that list and takes this rank's entry.
+
+Ending a DDP job
+----------------
+:func:`exit_ddp`, as a DDP script's last line, ends the rank as an ordinary exit would (the
+process group destroyed, ``atexit`` handlers run, output flushed) but without the interpreter's
+finalization, in which torch's gloo threads can abort a finished rank (SIGABRT,
+pytorch/pytorch#190489).
 """
 
 from __future__ import annotations
@@ -36,10 +43,18 @@ import numpy as np
 import torch
 
 from seekdata import _dist
+from seekdata._ddpexit import exit_ddp
 from seekdata._keys import check_counter, key_words
 from seekdata.rng import seed_globals
 
-__all__ = ["RNG_FORMAT", "base_torch_seed", "capture_rng", "restore_rng", "set_step_rng"]
+__all__ = [
+    "RNG_FORMAT",
+    "base_torch_seed",
+    "capture_rng",
+    "exit_ddp",
+    "restore_rng",
+    "set_step_rng",
+]
 
 # Words of derive_key(seed, step, rank, words=6) used by set_step_rng. Words 0 and 1 are the
 # key that torch_generator / numpy_generator derive from the same tuple; skipping them keeps

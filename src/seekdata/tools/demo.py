@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 import seekdata
-from seekdata import _dist
 
 EPOCH_STEPS_HINT = "an epoch is n / (batch size × ranks) steps"
 _CONFIG_ENV = "SEEKDATA_DEMO_CONFIG"
@@ -350,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.worker:
         _train(argparse.Namespace(**json.loads(os.environ[_CONFIG_ENV])))
-        _dist.exit_finished_rank()  # a launcher would report gloo's abort at finalization
+        seekdata.exit_ddp()  # a launcher would report gloo's abort at finalization
     summary = run_demo(args)
     return 0 if summary["losses_equal"] and summary["params_equal"] else 1
 
