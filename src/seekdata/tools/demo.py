@@ -149,11 +149,12 @@ def _launch(args: argparse.Namespace, run: Path, workers: int) -> subprocess.Pop
         )
 
 
-def _last_step(run: Path, rank: int = 0) -> int:
+def _last_step(run: Path, rank: int = 0, skip: int = 0) -> int:
+    """The last step ``rank`` logged, in lines after the first ``skip`` (earlier jobs')."""
     path = run / f"rank{rank}.jsonl"
     if not path.exists():
         return 0
-    lines = path.read_text().splitlines()
+    lines = path.read_text().splitlines()[skip:]
     return json.loads(lines[-1])["step"] if lines else 0
 
 
@@ -163,15 +164,17 @@ def _wait(
     timeout: float,
     kill_at: int | None,
     finished: Callable[[], bool] = lambda: False,
+    skip: int = 0,
 ) -> bool:
-    """Wait for the job; SIGKILL its whole process group once rank 0 logged ``kill_at``.
+    """Wait for the job; SIGKILL its whole process group once rank 0 logged ``kill_at`` (in
+    this job: after the first ``skip`` lines of its log, which earlier jobs wrote).
 
     A job that failed although ``finished()`` (its final results are all written) and whose
     log names a SIGABRT is reported as torch's abort at interpreter shutdown, not a failure."""
     deadline = time.monotonic() + timeout
     try:
         while proc.poll() is None:
-            if kill_at is not None and _last_step(run) >= kill_at:
+            if kill_at is not None and _last_step(run, 0, skip) >= kill_at:
                 os.killpg(proc.pid, signal.SIGKILL)  # the time limit: no warning, no cleanup
                 proc.wait()
                 return False
@@ -249,7 +252,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     for k in kills:
         print(f"interrupted job: {_count(workers, 'worker')}, SIGKILL after step {k}", flush=True)
         logged = _logged(cut_dir)
-        _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, k)
+        _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, k, skip=logged)
         segments += _segment(cut_dir, logged, workers)
         workers = args.resume_workers if workers == args.workers else args.workers
     print(
