@@ -30,7 +30,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import seekdata
-from seekdata._core.dist import exit_finished_rank  # -> seekdata.training.exit_ddp once merged
 from seekdata.checkpoint import CheckpointManager
 
 
@@ -144,4 +143,4 @@ def main(
 
 if __name__ == "__main__":
     main()
-    exit_finished_rank()  # -> seekdata.training.exit_ddp once merged
+    seekdata.exit_ddp()  # torch's gloo threads can abort a finished rank at shutdown

@@ -206,3 +206,14 @@ def test_docs_run_with_only_the_extras_they_name(extras: tuple[str, ...]) -> Non
         f"pages {[p['name'] for p in pages]} must run with only the extras "
         f"{list(extras) or 'none'} installed; they did not:\n{done.stderr[-4000:]}"
     )
+
+
+def test_every_page_with_a_ddp_script_ends_it_with_exit_ddp() -> None:
+    """torch's gloo threads can abort a finished rank at shutdown (pytorch#190489): every page
+    whose code starts a process group shows the line that avoids it."""
+    ddp = [p for p in FILES if "init_process_group(" in p.read_text()]
+    assert ddp, "no page starts a process group: this test checks nothing"
+    assert [p.name for p in ddp if "seekdata.exit_ddp()" not in p.read_text()] == []
+    section = (ROOT / "docs" / "ddp-checkpointing.md").read_text()
+    assert "## A DDP job that aborts at its end" in section
+    assert "terminate called without an active exception" in section

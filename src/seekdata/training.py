@@ -28,6 +28,13 @@ that list and takes this rank's entry.
 
 :func:`set_step_rng` and :func:`base_torch_seed` live in :mod:`seekdata._core.steprng` (the
 engines call them too); capture and restore live here.
+
+Ending a DDP job
+----------------
+:func:`exit_ddp`, as a DDP script's last line, ends the rank as an ordinary exit would (the
+process group destroyed, ``atexit`` handlers run, output flushed) but without the interpreter's
+finalization, in which torch's gloo threads can abort a finished rank (SIGABRT,
+pytorch/pytorch#190489).
 """
 
 from __future__ import annotations
@@ -39,9 +46,17 @@ import numpy as np
 import torch
 
 from seekdata._core import dist as _dist
+from seekdata._core.dist import exit_ddp
 from seekdata._core.steprng import base_torch_seed, set_step_rng
 
-__all__ = ["RNG_FORMAT", "base_torch_seed", "capture_rng", "restore_rng", "set_step_rng"]
+__all__ = [
+    "RNG_FORMAT",
+    "base_torch_seed",
+    "capture_rng",
+    "exit_ddp",
+    "restore_rng",
+    "set_step_rng",
+]
 
 # --- capture / restore ------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(script: pathlib.Path, world: int, args: list[str], timeout: float = 180) -> None:
+def run_ranks(script: pathlib.Path, world: int, args: list[str], timeout: float = 180) -> list[str]:
+    """Run ``script`` on ``world`` ranks; every rank must exit 0. Their outputs, by rank."""
     env = {
         **os.environ,
         "MASTER_ADDR": "127.0.0.1",
@@ -34,9 +35,12 @@ def run_ranks(script: pathlib.Path, world: int, args: list[str], timeout: float 
                     text=True,
                 )
             )
+        outputs = []
         for p in procs:
             out, _ = p.communicate(timeout=timeout)
             assert p.returncode == 0, out
+            outputs.append(out)
+        return outputs
     finally:
         for p in procs:
             if p.poll() is None:

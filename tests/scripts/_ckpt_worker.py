@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from seekdata._core.dist import exit_finished_rank
+from seekdata import exit_ddp
 from seekdata.checkpoint import CheckpointManager, load_on_every_rank, save_on_rank0
 
 
@@ -55,4 +55,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort
+    exit_ddp()  # skips finalization, where torch's gloo threads can abort (pytorch#190489)

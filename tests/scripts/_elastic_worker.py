@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 import seekdata
-from seekdata._core.dist import exit_finished_rank
+from seekdata import exit_ddp
 
 N = 96
 
@@ -81,4 +81,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort
+    exit_ddp()  # skips finalization, where torch's gloo threads can abort (pytorch#190489)

@@ -82,7 +82,7 @@ def main() -> None:
         torch.distributed.barrier()  # rank 0 returns to the test only once rank 1 has written
         torch.distributed.destroy_process_group()
     if trainer.global_rank != 0:  # rank 0 is the launcher: it exits normally, after rank 1
-        seekdata._core.dist.exit_finished_rank()
+        seekdata.exit_ddp()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from seekdata._core.dist import exit_finished_rank
+from seekdata import exit_ddp
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
 import seekdata
@@ -44,4 +44,4 @@ def make(mode: str, saved: Any) -> seekdata.Mixture:
 
 if __name__ == "__main__":
     main(make)
-    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort
+    exit_ddp()  # skips finalization, where torch's gloo threads can abort (pytorch#190489)

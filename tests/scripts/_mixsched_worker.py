@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 import seekdata
-from seekdata._core.dist import exit_finished_rank
+from seekdata import exit_ddp
 
 LENGTH = 36  # 6 global steps of 6 per mixture epoch
 #: changes inside a step and inside the second epoch: source 2 starts at 14, source 0 stops at
@@ -85,4 +85,4 @@ def main(make: Callable[[str, Any], seekdata.Mixture] = lambda mode, saved: mixt
 
 if __name__ == "__main__":
     main()
-    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort
+    exit_ddp()  # skips finalization, where torch's gloo threads can abort (pytorch#190489)

@@ -16,7 +16,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from seekdata._core.dist import exit_finished_rank
+from seekdata import exit_ddp
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
 import seekdata
@@ -38,4 +38,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort
+    exit_ddp()  # skips finalization, where torch's gloo threads can abort (pytorch#190489)

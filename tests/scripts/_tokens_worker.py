@@ -17,7 +17,7 @@ import sys
 import torch.distributed as dist
 
 import seekdata
-from seekdata._core.dist import exit_finished_rank
+from seekdata import exit_ddp
 from seekdata.tokens import PackedDocuments, TokenWindows
 
 SEQ_LEN, EOS = 16, 1
@@ -76,4 +76,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort
+    exit_ddp()  # skips finalization, where torch's gloo threads can abort (pytorch#190489)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import seekdata
-from seekdata._core.dist import exit_finished_rank
+from seekdata import exit_ddp
 from seekdata.checkpoint import CheckpointManager, load_on_every_rank
 
 SEED, BATCH, READY_AT = 5, 4, 3
@@ -121,4 +121,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort
+    exit_ddp()  # skips finalization, where torch's gloo threads can abort (pytorch#190489)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from seekdata._core.dist import exit_finished_rank
+from seekdata import exit_ddp
 from seekdata.checkpoint import load_on_every_rank, save_on_rank0
 from seekdata.preemption import PreemptionHandler
 from seekdata.training import set_step_rng
@@ -54,4 +54,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    exit_finished_rank()  # skips finalization, where torch's gloo threads can abort
+    exit_ddp()  # skips finalization, where torch's gloo threads can abort (pytorch#190489)

@@ -86,7 +86,7 @@ def main() -> None:
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
-    seekdata._core.dist.exit_finished_rank()
+    seekdata.exit_ddp()
 
 
 if __name__ == "__main__":

@@ -105,3 +105,20 @@ def loader_keyed_step(num_workers: int = 0) -> tuple[seekdata.StatefulDataLoader
     default)."""
     loader, _ = good(num_workers)
     return loader, _random_step
+
+
+def aborts_at_shutdown(num_workers: int = 0) -> tuple[seekdata.StatefulDataLoader, object]:
+    """:func:`good`, in a process that dies of SIGABRT at its end, after its last line, as
+    torch's gloo threads make a DDP process do now and then (pytorch/pytorch#190489)."""
+    import atexit
+    import os
+
+    atexit.register(os.abort)
+    return good(num_workers)
+
+
+def aborts_at_start(num_workers: int = 0) -> object:
+    """A process that dies of SIGABRT before it writes anything."""
+    import os
+
+    os.abort()

@@ -72,7 +72,7 @@ def test_quick_run_writes_json_and_png(
 def test_cpu_only_skips_pinning_with_a_note(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     out = tmp_path / "b.json"
     argv = ["--quick", "--no-progress", "--no-resume", "--workers", "0", "--workload", "synthetic"]
     assert run(*argv, "--pin-memory", "both", "--out", str(out)) == 0

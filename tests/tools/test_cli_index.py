@@ -40,17 +40,21 @@ def test_index_builds_every_shard_once(
     pattern = write_shards(tmp_path)
     assert main(["index", pattern]) == 0
     out, err = capsys.readouterr()
-    assert out == "indexed 4 shards, 20 samples; indexes beside the shards\n"
+    assert out == (
+        "built 4 indexes, found 0 current: 4 shards, 20 samples; indexes beside the shards\n"
+    )
     assert "4/4" in err  # the progress bar goes to stderr
     assert sorted(p.name for p in tmp_path.glob(f"*{tarindex.INDEX_SUFFIX}")) == [
         f"shard-{s:03d}.tar{tarindex.INDEX_SUFFIX}" for s in range(4)
     ]
     assert main(["index", pattern]) == 0
-    assert len(scans) == 4  # current indexes are kept
+    assert len(scans) == 4  # current indexes are kept, and the command says so
+    assert capsys.readouterr().out.startswith("built 0 indexes, found 4 current: 4 shards,")
     assert len(TarShards(pattern)) == 20
     assert len(scans) == 4  # and TarShards uses them
     assert main(["index", "--force", pattern]) == 0
     assert len(scans) == 8
+    assert capsys.readouterr().out.startswith("built 4 indexes, found 0 current: 4 shards,")
 
 
 def test_index_dir_jobs_and_several_patterns(
@@ -138,7 +142,9 @@ def test_runs_as_a_module(tmp_path: pathlib.Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "indexed 2 shards, 10 samples; indexes beside the shards\n"
+    assert done.stdout == (
+        "built 2 indexes, found 0 current: 2 shards, 10 samples; indexes beside the shards\n"
+    )
 
 
 def test_the_console_script_names_the_tools_main() -> None:

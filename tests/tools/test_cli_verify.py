@@ -223,3 +223,23 @@ def test_run_loop_is_the_loop_of_verify_and_assert_exact_resume() -> None:
     job, start = {"epochs": 2, "limit": None}, {"epoch": 1, "in_epoch": 0, "steps": 0}
     assert _verify_child._loop(loader, job, start, lambda *a: False) == 3
     assert epochs == [1, 2, 3, 1]  # verify calls set_epoch when the loader has one
+
+
+def test_an_abort_at_shutdown_after_the_results_is_a_note_not_a_failure(
+    capsys: pytest.CaptureFixture[str], private_tmp: pathlib.Path
+) -> None:
+    assert run(factory("aborts_at_shutdown"), "--stops", "2") == 0
+    out, err = capsys.readouterr()
+    assert "PASS" in out and "FAIL" not in out
+    assert "the uninterrupted run was killed by SIGABRT at interpreter shutdown, after it" in err
+    assert "pytorch/pytorch#190489" in err and err.count("killed by SIGABRT") == 3
+
+
+def test_an_abort_before_the_results_is_an_error(
+    capsys: pytest.CaptureFixture[str], private_tmp: pathlib.Path
+) -> None:
+    with pytest.raises(ValueError, match="the uninterrupted run must finish; it exited with "
+                       "status -6"):  # fmt: skip
+        run(factory("aborts_at_start"), "--stops", "2")
+    out, err = capsys.readouterr()
+    assert "FAIL" not in out and "killed by SIGABRT" not in err

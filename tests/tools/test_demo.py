@@ -3,6 +3,7 @@ and resubmitted each time ends bit-identical to the uninterrupted job."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -49,6 +50,12 @@ def test_sigkill_three_times_and_resume_is_bit_identical(tmp_path, capsys) -> No
     assert len(saved["losses"]["interrupted"]) == 2  # both ranks compared, every step
     assert all(len(per) == 14 for per in saved["losses"]["uninterrupted"])
     assert (tmp_path / "demo" / "losses.png").stat().st_size > 0
+    # each job of the resumed run: the steps it logged and its workers, for the plot's labels
+    segments = saved["segments"]
+    assert segments[0][0] == 1 and segments[0][2] == 1 and segments[-1][1] == 14, segments
+    for (_, last, workers), (first, _, then) in itertools.pairwise(segments):
+        # resumed from a checkpoint; a job killed before its first step logged nothing
+        assert first <= last + 1 and {workers, then} <= {0, 1}
     printed = capsys.readouterr().out
     assert "2 ranks × 1 worker," in printed and "interrupted job: 1 worker, SIGKILL" in printed
     assert "interrupted job: 0 workers, SIGKILL" in printed and "1 workers" not in printed
@@ -143,3 +150,42 @@ def test_the_demo_output_folder_is_ignored_by_git() -> None:
             ["git", "check-ignore", "--no-index", "-q", f"{out}/{name}"], cwd=root, timeout=60
         )
         assert ignored.returncode == 0, f"{out}/{name} is not in .gitignore"
+
+
+def _finished_job(run: Path, log: str) -> subprocess.Popen[bytes]:
+    """A job that exited 1 after writing ``log`` as torchrun's output."""
+    run.mkdir()
+    (run / "torchrun.log").write_text(log)
+    return subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"], start_new_session=True)
+
+
+_ABORTED = "terminate called without an active exception\n  exitcode  : -6 (pid: 7)  (SIGABRT)\n"
+
+
+def test_a_sigabrt_after_the_results_are_written_is_not_reported_as_a_failure(
+    tmp_path, capsys
+) -> None:
+    """torch's gloo abort at shutdown (pytorch#190489) kills a rank after its last line; the
+    demo says so, distinctly, and goes on to compare the data."""
+    run = tmp_path / "job"
+    proc = _finished_job(run, _ABORTED)
+    for rank in range(2):
+        (run / f"rank{rank}.jsonl").write_text('{"step": 4, "epoch": 0, "loss": 1.0}\n')
+    (run / "final.pt").write_bytes(b"")
+    assert demo._wait(proc, run, 60, None, demo._complete(run, 2, 4)) is True
+    printed = capsys.readouterr().out
+    assert "killed by SIGABRT at interpreter shutdown, after it wrote all its results" in printed
+    assert "pytorch/pytorch#190489" in printed and "seekdata.exit_ddp()" in printed
+
+
+@pytest.mark.parametrize("rank1_step, log", [(3, _ABORTED), (4, "Traceback: ValueError\n")])
+def test_a_job_that_failed_before_its_results_or_otherwise_is_a_failure(
+    tmp_path, rank1_step, log
+) -> None:
+    run = tmp_path / "job"
+    proc = _finished_job(run, log)
+    (run / "rank0.jsonl").write_text('{"step": 4, "epoch": 0, "loss": 1.0}\n')
+    (run / "rank1.jsonl").write_text(f'{{"step": {rank1_step}, "epoch": 0, "loss": 1.0}}\n')
+    (run / "final.pt").write_bytes(b"")
+    with pytest.raises(RuntimeError, match="failed \\(exit 1\\)"):
+        demo._wait(proc, run, 60, None, demo._complete(run, 2, 4))

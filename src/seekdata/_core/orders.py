@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from seekdata._core.rngkeys import ORDER, is_int, key_words, mix64_into, mix_keyed
 
@@ -205,6 +204,8 @@ class Sequential:
 
 @functools.lru_cache(maxsize=2)
 def _randperm(n: int, torch_seed: int) -> np.ndarray:
+    import torch  # here: the torch-free tools (seekdata inspect) import this module
+
     g = torch.Generator()
     g.manual_seed(torch_seed)
     return torch.randperm(n, generator=g).numpy()

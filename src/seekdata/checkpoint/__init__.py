@@ -38,15 +38,22 @@ The implementation lives in :mod:`seekdata.checkpoint.manager` (save, load, the 
 
 from __future__ import annotations
 
-from seekdata.checkpoint.manager import (
-    CheckpointCorruptError,
-    CheckpointManager,
-    load,
-    load_on_every_rank,
-    save,
-    save_on_rank0,
-    verify,
-)
+# imported on first use (PEP 562): ``seekdata inspect`` reads checkpoint files through
+# seekdata.checkpoint.pickles without importing torch
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+from seekdata import _lazy
+
+if _TYPE_CHECKING:
+    from seekdata.checkpoint.manager import (
+        CheckpointCorruptError,
+        CheckpointManager,
+        load,
+        load_on_every_rank,
+        save,
+        save_on_rank0,
+        verify,
+    )
 
 __all__ = [
     "CheckpointCorruptError",
@@ -57,3 +64,7 @@ __all__ = [
     "save_on_rank0",
     "verify",
 ]
+
+__getattr__, __dir__ = _lazy.exports(
+    __name__, globals(), {name: "seekdata.checkpoint.manager" for name in __all__}
+)

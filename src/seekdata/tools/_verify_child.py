@@ -20,6 +20,18 @@ class _ProtocolError(Exception):
     """The factory or loader does not follow the protocol; the message says what to fix."""
 
 
+def main(job_path: str) -> int:
+    """:func:`child`, ended with :func:`seekdata.exit_ddp` when FACTORY started a process
+    group: a normal exit could then abort after the results are written (pytorch#190489)."""
+    status = child(job_path)
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        from seekdata.training import exit_ddp
+
+        exit_ddp(status)
+    return status
+
+
 def child(job_path: str) -> int:
     """Entry point of a child process: 0 done, 2 protocol error (error.txt), else a crash."""
     job = json.loads(Path(job_path).read_text())

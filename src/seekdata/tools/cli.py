@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -104,6 +105,8 @@ def _run_index(args: argparse.Namespace) -> int:
             f"{tokens[0] if tokens else '--vocab-size'}: token files are indexed by their "
             "end-of-document token; pass --eos-id ID (and --dtype if not uint16)"
         )
+    paths = [_shard_index(url, args.index_dir) for url in urls]
+    before = [_stamp(path) for path in paths]
     shards = _tarindex.index_shards(
         urls,
         index_dir=args.index_dir,
@@ -114,8 +117,44 @@ def _run_index(args: argparse.Namespace) -> int:
     )
     samples = sum(len(shard.index.keys) for shard in shards)
     where = args.index_dir if args.index_dir is not None else "beside the shards"
-    print(f"indexed {len(shards)} shards, {samples} samples; indexes {where}")
+    done = _what_was_done(paths, before)
+    print(f"{done}: {_count(len(shards), 'shard')}, {samples} samples; indexes {where}")
     return 0
+
+
+def _shard_index(url: str, index_dir: str | None) -> str | None:
+    """Where the index of the shard ``url`` is, found without reading it or running a pipe."""
+    from seekdata.sources.wds import tarindex as _tarindex
+    from seekdata.sources.wds import urls as _shardurls
+
+    scheme = _shardurls.url_scheme(url)
+    if scheme == "pipe":
+        if index_dir is None:
+            return None  # refused by the indexing itself
+        return _tarindex.index_path(_shardurls.pipe_copy(url, index_dir), index_dir)
+    if scheme not in (None, "file"):
+        return None
+    path = _shardurls.local_path(url, index_dir=index_dir, allow_pipe=False)
+    return _tarindex.index_path(path, index_dir)
+
+
+def _stamp(path: str | None) -> tuple[int, int, int] | None:
+    """An index file's identity, to tell one written now from one found current."""
+    try:
+        st = os.stat(path) if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _what_was_done(paths: list[str | None], before: list[tuple[int, int, int] | None]) -> str:
+    """'built 2 indexes, found 1 current': an index is built when its file is new or rewritten."""
+    built = sum(b is None or _stamp(p) != b for p, b in zip(paths, before, strict=True))
+    return f"built {_count(built, 'index', 'indexes')}, found {len(paths) - built} current"
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 #: File names that are token files, not tar shards, when given without ``--eos-id``.
@@ -142,6 +181,8 @@ def _run_index_tokens(args: argparse.Namespace, names: list[str]) -> int:
     info = np.iinfo(dtype)
     if not info.min <= args.eos_id <= info.max:
         raise ValueError(f"--eos-id {args.eos_id} cannot occur in {dtype} token files")
+    paths: list[str | None] = [_tokenindex.index_path(name, args.index_dir) for name in names]
+    before = [_stamp(path) for path in paths]
     indexed = _tokenindex.index_files(
         names,
         dtype=dtype,
@@ -156,8 +197,8 @@ def _run_index_tokens(args: argparse.Namespace, names: list[str]) -> int:
     tokens = sum(i.tokens for i in indexed)
     where = args.index_dir if args.index_dir is not None else "beside the files"
     print(
-        f"indexed {len(indexed)} token files, {tokens} tokens, {documents} documents; "
-        f"indexes {where}"
+        f"{_what_was_done(paths, before)}: {_count(len(indexed), 'token file')}, {tokens} "
+        f"tokens, {documents} documents; indexes {where}"
     )
     return 0
 

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,6 @@ import numpy as np
 import torch
 
 import seekdata
-from seekdata._core import dist as _dist
 
 EPOCH_STEPS_HINT = "an epoch is n / (batch size × ranks) steps"
 _CONFIG_ENV = "SEEKDATA_DEMO_CONFIG"
@@ -149,20 +149,32 @@ def _launch(args: argparse.Namespace, run: Path, workers: int) -> subprocess.Pop
         )
 
 
-def _last_step(run: Path) -> int:
-    path = run / "rank0.jsonl"
+def _last_step(run: Path, rank: int = 0, skip: int = 0) -> int:
+    """The last step ``rank`` logged, in lines after the first ``skip`` (earlier jobs')."""
+    path = run / f"rank{rank}.jsonl"
     if not path.exists():
         return 0
-    lines = path.read_text().splitlines()
+    lines = path.read_text().splitlines()[skip:]
     return json.loads(lines[-1])["step"] if lines else 0
 
 
-def _wait(proc: subprocess.Popen[bytes], run: Path, timeout: float, kill_at: int | None) -> bool:
-    """Wait for the job; SIGKILL its whole process group once rank 0 logged ``kill_at``."""
+def _wait(
+    proc: subprocess.Popen[bytes],
+    run: Path,
+    timeout: float,
+    kill_at: int | None,
+    finished: Callable[[], bool] = lambda: False,
+    skip: int = 0,
+) -> bool:
+    """Wait for the job; SIGKILL its whole process group once rank 0 logged ``kill_at`` (in
+    this job: after the first ``skip`` lines of its log, which earlier jobs wrote).
+
+    A job that failed although ``finished()`` (its final results are all written) and whose
+    log names a SIGABRT is reported as torch's abort at interpreter shutdown, not a failure."""
     deadline = time.monotonic() + timeout
     try:
         while proc.poll() is None:
-            if kill_at is not None and _last_step(run) >= kill_at:
+            if kill_at is not None and _last_step(run, 0, skip) >= kill_at:
                 os.killpg(proc.pid, signal.SIGKILL)  # the time limit: no warning, no cleanup
                 proc.wait()
                 return False
@@ -176,10 +188,29 @@ def _wait(proc: subprocess.Popen[bytes], run: Path, timeout: float, kill_at: int
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"demo: the job in {run} failed (exit {proc.returncode}); see {run / 'torchrun.log'}"
-        )
+        log = run / "torchrun.log"
+        if finished() and _ABORT in log.read_text(errors="replace"):
+            print(
+                f"note: a rank of the job in {run} was killed by SIGABRT at interpreter "
+                f"shutdown, after it wrote all its results: torch's gloo threads "
+                f"(pytorch/pytorch#190489), not the data; scripts avoid it by ending with "
+                f"seekdata.exit_ddp(). See {log}",
+                flush=True,
+            )
+            return True
+        raise RuntimeError(f"demo: the job in {run} failed (exit {proc.returncode}); see {log}")
     return True
+
+
+#: how torchrun's failure report names a rank that died of SIGABRT
+_ABORT = "(SIGABRT)"
+
+
+def _complete(run: Path, ranks: int, steps: int) -> Callable[[], bool]:
+    """Whether every rank logged its last step and rank 0 saved the final parameters."""
+    return lambda: (
+        (run / "final.pt").exists() and all(_last_step(run, r) >= steps for r in range(ranks))
+    )
 
 
 def _losses(run: Path, ranks: int) -> Losses:
@@ -214,27 +245,56 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         f"{args.steps} steps ({EPOCH_STEPS_HINT}: {args.n // (args.batch_size * args.ranks)})",
         flush=True,
     )
-    _wait(_launch(args, ref_dir, args.workers), ref_dir, args.timeout, None)
+    ref_done, cut_done = (_complete(d, args.ranks, args.steps) for d in (ref_dir, cut_dir))
+    _wait(_launch(args, ref_dir, args.workers), ref_dir, args.timeout, None, ref_done)
     workers = args.workers
+    segments: list[Segment] = []
     for k in kills:
         print(f"interrupted job: {_count(workers, 'worker')}, SIGKILL after step {k}", flush=True)
-        _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, k)
+        logged = _logged(cut_dir)
+        _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, k, skip=logged)
+        segments += _segment(cut_dir, logged, workers)
         workers = args.resume_workers if workers == args.workers else args.workers
     print(
         f"resubmitted job: {_count(workers, 'worker')}, from the last checkpoint to the end",
         flush=True,
     )
-    _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, None)
+    logged = _logged(cut_dir)
+    _wait(_launch(args, cut_dir, workers), cut_dir, args.timeout, None, cut_done)
+    segments += _segment(cut_dir, logged, workers)
 
     ref, cut = _losses(ref_dir, args.ranks), _losses(cut_dir, args.ranks)
     final_ref = torch.load(ref_dir / "final.pt", weights_only=True)
     final_cut = torch.load(cut_dir / "final.pt", weights_only=True)
     params_equal = all(torch.equal(final_ref[k], final_cut[k]) for k in final_ref)
-    return report(args, ref, cut, kills, params_equal)
+    return report(args, ref, cut, kills, params_equal, segments)
+
+
+#: one job of the interrupted run: (first step, last step, num_workers)
+Segment = tuple[int, int, int]
+
+
+def _logged(run: Path) -> int:
+    """Lines rank 0 has logged so far (a job appends to the log)."""
+    path = run / "rank0.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _segment(run: Path, before: int, workers: int) -> list[Segment]:
+    """The steps the job that just ended logged after the first ``before`` lines; none when
+    it was killed before its first step."""
+    lines = (run / "rank0.jsonl").read_text().splitlines()[before:]
+    steps = [json.loads(line)["step"] for line in lines]
+    return [(min(steps), max(steps), workers)] if steps else []
 
 
 def report(
-    args: argparse.Namespace, ref: Losses, cut: Losses, kills: list[int], params_equal: bool
+    args: argparse.Namespace,
+    ref: Losses,
+    cut: Losses,
+    kills: list[int],
+    params_equal: bool,
+    segments: list[Segment] | None = None,
 ) -> dict[str, Any]:
     """Compare the runs' losses, print the table and the verdict, write the summary and the
     plot (when matplotlib is installed) under ``args.out``; returns the summary."""
@@ -249,10 +309,12 @@ def report(
         "workers": args.workers,
         "resume_workers": args.resume_workers,
         "steps": args.steps,
+        "segments": [list(segment) for segment in segments or []],
         "losses": {"uninterrupted": ref, "interrupted": cut},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    written = [out / "losses.png"] if _plot(ref, cut, kills, out / "losses.png") else []
+    drawn = _plot(ref, cut, kills, segments or [], out / "losses.png")
+    written = [out / "losses.png"] if drawn else []
     written.append(out / "summary.json")
     verdict = "BIT-IDENTICAL" if losses_equal and params_equal else "DIFFERENT"
     print(
@@ -285,8 +347,9 @@ def _table(ref: Losses, cut: Losses, kills: list[int]) -> None:
         print(f"{step:>4} | {cells} {'==' if same else '!='}{mark}")
 
 
-def _plot(ref: Losses, cut: Losses, kills: list[int], path: Path) -> bool:
-    """Draw the losses to ``path``; False, saying so, when matplotlib is not installed."""
+def _plot(ref: Losses, cut: Losses, kills: list[int], segments: list[Segment], path: Path) -> bool:
+    """Draw the losses, and |resumed − uninterrupted| per step, to ``path``; False, saying
+    so, when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -295,19 +358,34 @@ def _plot(ref: Losses, cut: Losses, kills: list[int], path: Path) -> bool:
     except ImportError:
         print("no plot: matplotlib is not installed (pip install 'seekdata[demo]' for the plot)")
         return False
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, (ax, dax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=(3, 2))
+    largest = 0.0
     for r in range(len(ref)):
         steps = sorted(ref[r])
         ref_line = [ref[r][s] for s in steps]
-        cut_line = [cut[r][s] for s in steps]
+        cut_line = [cut[r].get(s, float("nan")) for s in steps]
         ax.plot(steps, ref_line, lw=3, alpha=0.35, label=f"rank {r} uninterrupted")
         ax.plot(steps, cut_line, lw=1, ls="--", label=f"rank {r} killed + resumed")
+        diff = [abs(a - b) for a, b in zip(cut_line, ref_line, strict=True)]
+        largest = max([largest, *(d for d in diff if d == d)])
+        dax.plot(steps, diff, marker="o", ms=3, lw=1, clip_on=False, label=f"rank {r}")
     for k in kills:
-        ax.axvline(k, color="red", lw=0.8, alpha=0.6)
-    ax.set_xlabel("step (red: SIGKILL)")
+        for axis in (ax, dax):
+            axis.axvline(k, color="red", lw=0.8, alpha=0.6)
+    for i, (first, last, workers) in enumerate(segments):  # each job of the resumed run
+        ax.axvspan(first - 0.5, last + 0.5, color=f"C{i % 2 + 7}", alpha=0.08, lw=0)
+        ax.text((first + last) / 2, 1.0, _count(workers, "worker"), ha="center", va="bottom",
+                fontsize=7, transform=ax.get_xaxis_transform())  # fmt: skip
     ax.set_ylabel("loss")
-    ax.set_title("DDP job killed mid-epoch and resumed vs uninterrupted")
+    ax.set_title("DDP job killed mid-epoch and resumed vs uninterrupted", pad=14)
     ax.legend(fontsize=7)
+    dax.set_yscale("symlog", linthresh=1e-9)  # a zero difference sits on the axis
+    dax.set_ylim(bottom=0)
+    dax.set_ylabel("|resumed − uninterrupted|")
+    dax.set_xlabel("step (red: SIGKILL; shaded: each job of the resumed run, its workers)")
+    verdict = "0 at every step: bit-identical" if largest == 0 else f"max {largest:.3g}: differs"
+    dax.text(0.5, 0.85, verdict, ha="center", transform=dax.transAxes, fontsize=9)
+    dax.legend(fontsize=7, loc="center right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -357,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.worker:
         _train(argparse.Namespace(**json.loads(os.environ[_CONFIG_ENV])))
-        _dist.exit_finished_rank()  # a launcher would report gloo's abort at finalization
+        seekdata.exit_ddp()  # a launcher would report gloo's abort at finalization
     summary = run_demo(args)
     return 0 if summary["losses_equal"] and summary["params_equal"] else 1
 

@@ -457,9 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.worker:
         _worker()
-        from seekdata._core.dist import exit_finished_rank  # -> seekdata.training.exit_ddp
-
-        exit_finished_rank()
+        seekdata.exit_ddp()  # torch's gloo threads can abort a finished rank at shutdown
     out = Path(args.out)
     if out.exists():
         import shutil

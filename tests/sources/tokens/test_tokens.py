@@ -567,7 +567,10 @@ def test_seekdata_index_builds_the_boundary_indexes_once(
     pattern = str(tmp_path / "part-{00..02}.bin")
     assert main(["index", "--eos-id", str(EOS), pattern]) == 0
     out = capsys.readouterr().out
-    assert out == "indexed 3 token files, 33 tokens, 5 documents; indexes beside the files\n"
+    assert out == (
+        "built 3 indexes, found 0 current: 3 token files, 33 tokens, 5 documents; "
+        "indexes beside the files\n"
+    )
     assert len(scanned) == 3
     assert main(["index", "--eos-id", str(EOS), pattern]) == 0
     assert PackedDocuments(names, 8, eos_id=EOS).num_documents == 5

@@ -47,6 +47,11 @@ def url_scheme(url: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
+def pipe_copy(url: str, index_dir: str) -> str:
+    """Where the output of the ``pipe:`` URL ``url`` is kept, under ``index_dir``."""
+    return os.path.join(index_dir, f"pipe-{hashlib.sha256(url.encode()).hexdigest()[:16]}.tar")
+
+
 def local_path(url: str, *, index_dir: str | None, allow_pipe: bool) -> str:
     """The local file to read for ``url``; ``pipe:`` output is copied to ``index_dir`` once."""
     scheme = url_scheme(url)
@@ -70,7 +75,7 @@ def local_path(url: str, *, index_dir: str | None, allow_pipe: bool) -> str:
             f"shard {url}: a pipe cannot seek, so TarShards copies its output to a local file "
             "once and reads that; pass index_dir= (--index-dir) for where the copies go"
         )
-    dest = os.path.join(index_dir, f"pipe-{hashlib.sha256(url.encode()).hexdigest()[:16]}.tar")
+    dest = pipe_copy(url, index_dir)
     if os.path.exists(dest):
         return dest
     os.makedirs(index_dir, exist_ok=True)
