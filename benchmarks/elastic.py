@@ -4,7 +4,7 @@ new world, torchrun's part and ours.
     python benchmarks/elastic.py [--rounds 3] [--out FILE] [--quick]
 
 Each round runs the story of ``python -m seekdata.demo --elastic`` (and of
-tests/test_elastic_torchrun.py): two torchrun agents of 2 processes on 127.0.0.1, one c10d
+tests/tools/test_elastic_torchrun.py): two torchrun agents of 2 processes on 127.0.0.1, one c10d
 rendezvous, ``examples/elastic_train.py`` with a global batch of 16 and a checkpoint every 3
 steps; one agent and its workers SIGKILLed after step 8, a new agent started after step 11;
 every step checked against an uninterrupted 4-rank run. A change's time runs from the SIGKILL
