@@ -300,3 +300,42 @@ def test_transformed_dataset_keeps_the_shard_layout() -> None:
         seekdata.DistributedSampler(
             TransformedDataset(list(range(7)), lambda x, r: x), 1, 0, order="shards"
         )
+
+
+def test_shards_in_another_order_or_other_shards_are_refused(tmp_path: pathlib.Path) -> None:
+    """An unsorted glob on a new node gives the same shards in another order: equal sizes, so
+    the length and shard sizes agree, but other samples at each index. The state records
+    what decides the samples (each shard's keys and member sizes, in order), refused through
+    the loader's and the sampler's state alike; a copy of the same shards elsewhere loads."""
+    import shutil
+
+    from seekdata.wds import TarShards
+    from tests.helpers.shards import write_shards
+
+    (tmp_path / "a").mkdir()
+    pattern = write_shards(tmp_path / "a", n=40, per_shard=10)
+    names = sorted(str(p) for p in (tmp_path / "a").glob("shard-*.tar"))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    saved = TarShards(names)
+    loader = seekdata.StatefulDataLoader(saved, batch_size=4, shuffle=True, seed=3,
+                                         collate_fn=list)  # fmt: skip
+    it = iter(loader)
+    next(it)
+    sampler = seekdata.DistributedSampler(saved, 1, 0, seed=3)
+    for state in (json.loads(json.dumps(loader.state_dict())), sampler.state_dict()):
+        assert state["dataset"] == saved.stream_signature
+        elsewhere = [n.replace(str(tmp_path / "a"), str(tmp_path / "b")) for n in names]
+        for same in (TarShards(pattern), TarShards(elsewhere)):
+            seekdata.StatefulDataLoader(same, batch_size=4, shuffle=True, seed=3).load_state_dict(
+                state
+            )
+        for other in (TarShards([names[1], names[0], *names[2:]]), TarShards(names[:3])):
+            again = seekdata.StatefulDataLoader(other, batch_size=4, shuffle=True, seed=3)
+            before = again.state_dict()
+            with pytest.raises(seekdata.StateMismatchError):
+                again.load_state_dict(state)
+            assert again.state_dict() == before
+        if state["kind"] == "sampler":
+            reversed_shards = seekdata.DistributedSampler(TarShards(names[::-1]), 1, 0, seed=3)
+            with pytest.raises(seekdata.StateMismatchError, match="dataset"):
+                reversed_shards.load_state_dict(state)

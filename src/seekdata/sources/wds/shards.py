@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import hashlib
 import io
 import itertools
 import operator
@@ -17,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 from webdataset import autodecode
@@ -103,6 +105,7 @@ class TarShards(Dataset[dict[str, Any]]):
         )
         self._starts = list(itertools.accumulate(self.shard_sizes, initial=0))
         self._local = threading.local()
+        self._signatures: dict[int, str] = {}  # signature_of_first, by n
 
     # -- sizes and shard layout ------------------------------------------------
 
@@ -134,6 +137,36 @@ class TarShards(Dataset[dict[str, Any]]):
         i = self._check_index(index)
         s = bisect.bisect_right(self._starts, i) - 1
         return self._shards[s].index.keys[i - self._starts[s]]
+
+    # -- what decides the samples ---------------------------------------------
+
+    @property
+    def stream_signature(self) -> str:
+        """What decides the samples, for a loader's state: the shards in order, each with its
+        samples' keys and members' sizes, and the decoding. A checkpoint over other shards,
+        or the same shards in another order (an unsorted glob), is refused at
+        ``load_state_dict``. Where the shards live is not part of it (a copy elsewhere, local
+        or remote, is the same data). :meth:`signature_of_first` of all samples."""
+        return self.signature_of_first(len(self))
+
+    def signature_of_first(self, n: int) -> str:
+        """The :attr:`stream_signature` the first shards holding samples ``[0, n)`` had on
+        their own: shards appended later keep it. ``n`` that cuts a shard is signed as the
+        whole shards before it plus the count (a growth must append whole shards)."""
+        if n not in self._signatures:
+            spec = self._decode_spec
+            decode = spec if isinstance(spec, str | None) else type(spec).__name__
+            h = hashlib.blake2b(digest_size=8)
+            h.update(repr((n, decode, self._allow_pickle)).encode())
+            for start, shard in zip(self._starts, self._shards, strict=False):
+                if start + len(shard.index.keys) > n:
+                    break
+                index = shard.index
+                h.update("\0".join(index.keys).encode())
+                h.update(np.ascontiguousarray(index.starts, dtype="<i8").tobytes())
+                h.update(np.ascontiguousarray(index.sizes, dtype="<i8").tobytes())
+            self._signatures[n] = f"TarShards(samples={n}, {h.hexdigest()})"
+        return self._signatures[n]
 
     # -- reading ---------------------------------------------------------------
 
