@@ -207,11 +207,11 @@ def _first_batch_path() -> list[tuple[str, str]]:
 
 
 def test_one_batch_reaches_the_cursor_in_few_hops_and_only_the_engine_moves_it() -> None:
-    """The control path of a batch (calls into the key primitive and global-RNG seeding are
-    leaves, not counted) stays short: 34 calls entered another file before the plan became a
-    value and the engine the cursor's one writer, 23 after."""
+    """The control path of a batch (calls into the key primitive, global-RNG seeding and the
+    argument checks are leaves, not counted) stays short: 34 calls entered another file before
+    the plan became a value and the engine the cursor's one writer, 23 after."""
     path = _first_batch_path()
-    leaves = ("_core/rngkeys.py", "_core/globalrng.py")
+    leaves = ("_core/rngkeys.py", "_core/globalrng.py", "_core/checks.py")
     control = [(a, b) for a, b in path if b not in leaves]
     assert len(control) <= 23, control
     assert {a for a, b in path if b == "_core/cursor.py"} == {"_loader/engines/seekable.py"}

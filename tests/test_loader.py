@@ -424,7 +424,7 @@ def test_resume_in_a_fresh_interpreter(tmp_path) -> None:
         import json, sys, torch
         sys.path.insert(0, %r)
         import seekdata
-        from tests._datasets import GlobalRNGAug
+        from tests.helpers.datasets import GlobalRNGAug
         loader = seekdata.StatefulDataLoader(GlobalRNGAug(10), batch_size=3, shuffle=True,
                                              seed=5, num_workers=int(sys.argv[2]))
         if sys.argv[1] == "save":

@@ -16,15 +16,14 @@ import numpy as np
 import torch.utils.data
 
 from seekdata._core import globalrng as _globalrng
+from seekdata._core.checks import check_bool, check_counter, check_int
 from seekdata._core.growth import Growth
-from seekdata._core.rngkeys import check_counter, check_int
 from seekdata._loader import device as _device
 from seekdata._loader import frameworks as _frameworks
 from seekdata._loader.engines import Engine, build
 from seekdata._loader.engines.seekable import BatchIndices, SeekableEngine
 from seekdata._loader.seed import default_seed
 from seekdata._loader.torch_api import FORWARDED, FROZEN, check_torch_args
-from seekdata.sampler import check_bool
 
 __all__ = ["StatefulDataLoader"]
 
@@ -127,7 +126,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         self.step_rng = check_bool(step_rng, "step_rng", where)
         self.batched_fetch = check_bool(batched_fetch, "batched_fetch", where)
         if batch_size is not None:
-            check_int(batch_size, "batch_size", where, 1)
+            batch_size = check_int(batch_size, "batch_size", where, 1)
         iterable = isinstance(dataset, torch.utils.data.IterableDataset)
         _check_batch_transform(batch_transform, iterable, batch_size, batch_sampler, where)
         _check_shuffle(shuffle, sampler, batch_sampler, where)

@@ -22,10 +22,10 @@ from seekdata._core import dist as _dist
 from seekdata._core import partition as P
 from seekdata._core import reshape as _statecheck
 from seekdata._core import state as S
+from seekdata._core.checks import check_bool, check_counter, check_int
 from seekdata._core.cursor import Cursor
 from seekdata._core.growth import GrownOrder, Growth, check_growths, first_items, pad_origin
 from seekdata._core.orders import Order, make_order
-from seekdata._core.rngkeys import check_counter, check_int
 
 __all__ = ["DistributedSampler"]
 
@@ -45,12 +45,6 @@ def dataset_length(dataset: Any, where: str) -> int:
             f"check the dataset's path or filter"
         )
     return n
-
-
-def check_bool(value: Any, name: str, where: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{where}: {name} must be a bool; got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 def _already_split(dataset: Any, n: int, num_replicas: int) -> str | None:

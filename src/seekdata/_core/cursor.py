@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from seekdata._core import state as S
-from seekdata._core.rngkeys import check_counter
+from seekdata._core.checks import check_counter
 
 __all__ = ["Cursor", "Now"]
 

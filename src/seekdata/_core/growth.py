@@ -34,8 +34,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from seekdata._core.checks import check_counter, check_int
 from seekdata._core.orders import Feistel, Order
-from seekdata._core.rngkeys import check_counter, check_int, key_words
+from seekdata._core.rngkeys import key_words
 from seekdata._core.state import StateMismatchError
 
 __all__ = [

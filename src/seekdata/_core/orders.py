@@ -14,7 +14,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from seekdata._core.rngkeys import ORDER, is_int, key_words, mix64_into, mix_keyed
+from seekdata._core.checks import ArgumentError, is_int
+from seekdata._core.rngkeys import ORDER, key_words, mix64_into, mix_keyed
 
 __all__ = [
     "ORDERS",
@@ -241,7 +242,7 @@ class Shards:
 
     def __post_init__(self) -> None:
         if not is_int(self.window):
-            raise TypeError(f"Shards: window must be an int; got {type(self.window).__name__}")
+            raise ArgumentError(f"Shards: window must be an int; got {type(self.window).__name__}")
         if self.window < 1:
             raise ValueError(
                 f"Shards: window must be >= 1 shard; got {self.window}; pass 1 or more"

@@ -12,7 +12,7 @@ import torch.utils.data
 from seekdata._core import partition as P
 from seekdata._core import reshape as _statecheck
 from seekdata._core import state as S
-from seekdata._core.rngkeys import check_int
+from seekdata._core.checks import check_int
 from seekdata._loader import frameworks as _frameworks
 from seekdata._loader.engines.keyed import WHERE, KeyedEngine
 from seekdata._loader.plan import (

@@ -22,8 +22,9 @@ from fractions import Fraction
 from typing import Any
 
 from seekdata._core import state as S
+from seekdata._core.checks import ArgumentError, check_counter, is_int, is_state_int
 from seekdata._core.growth import check_append, refuse_unstable, signature_then
-from seekdata._core.rngkeys import check_counter, is_int
+from seekdata._core.state import StateMismatchError
 from seekdata.sources.mixtures.schedule import integer_weights, parse_weights, source_index
 
 #: ``seekdata.Mixture``, which imports this module (typed loosely to keep imports one-way)
@@ -65,8 +66,8 @@ def stream_position(mix: Mixture, at: Any) -> int:
         fields = {}
         for key in (S.K_EPOCH, S.K_POSITION):
             value = at.get(key)
-            if not is_int(value) or isinstance(value, bool) or value < 0:
-                raise ValueError(
+            if not is_state_int(value) or value < 0:
+                raise StateMismatchError(
                     f"{WHERE}: at must be a stream position or a loader/sampler state with "
                     f"{S.K_EPOCH!r} and {S.K_POSITION!r}; the state's {key!r} is {value!r}; "
                     f"pass loader.state_dict() as saved"
@@ -74,7 +75,7 @@ def stream_position(mix: Mixture, at: Any) -> int:
             fields[key] = int(value)
         n = at.get(S.K_N, mix.length)
         if n != mix.length:
-            raise ValueError(
+            raise StateMismatchError(
                 f"{WHERE}: the state was saved over a dataset of {n} positions per epoch but "
                 f"this mixture has {mix.length}; call changed() on the mixture the checkpoint "
                 f"was saved with"
@@ -84,14 +85,14 @@ def stream_position(mix: Mixture, at: Any) -> int:
         if at.get(S.K_DATASET) not in (None, mix.stream_signature) and saved not in (
             None, prefix_signature(mix, stream)
         ):  # fmt: skip
-            raise ValueError(
+            raise StateMismatchError(
                 f"{WHERE}: the state was saved over another mixture ({at.get(S.K_DATASET)}) "
                 f"than this one ({mix.stream_signature}) before its position P={stream:,}; "
                 f"call changed() on the mixture the checkpoint was saved with (with its history)"
             )
         return -(-stream // window) * window  # the rest of a started window keeps its weights
-    if not is_int(at) or isinstance(at, bool):
-        raise TypeError(
+    if not is_int(at):
+        raise ArgumentError(
             f"{WHERE}: at must be a stream position (int) or a loader/sampler state (dict); "
             f"got {type(at).__name__}; pass loader.state_dict() or epoch * len(mix) + position"
         )

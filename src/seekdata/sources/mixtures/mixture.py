@@ -35,9 +35,10 @@ import torch.utils.data
 from seekdata._core import globalrng as _globalrng
 from seekdata._core import sample as _sample
 from seekdata._core import streams as rng
+from seekdata._core.checks import ArgumentError, check_bool, check_counter, is_int
 from seekdata._core.growth import signature_then
 from seekdata._core.orders import Feistel, Order, feistel_index, make_order
-from seekdata._core.rngkeys import check_counter, is_int, sample_seeds
+from seekdata._core.rngkeys import sample_seeds
 from seekdata.sources.mixtures import changes as _mixchange
 from seekdata.sources.mixtures.growth import SourceLengths, grown_sources
 from seekdata.sources.mixtures.schedule import (
@@ -166,12 +167,10 @@ class Mixture(torch.utils.data.Dataset):
                 f"{where}: one weight per dataset and at least one dataset; got 0 datasets"
             )
         self.seed = check_counter(seed, "seed", where)
-        if not isinstance(reseed_global_rng, bool):
-            raise TypeError(
-                f"{where}: reseed_global_rng must be a bool; got {reseed_global_rng!r}; pass "
-                f"the loader's value (True by default)"
-            )
-        self.reseed_global_rng = reseed_global_rng
+        self.reseed_global_rng = check_bool(
+            reseed_global_rng, "reseed_global_rng", where,
+            fix="pass the loader's value (True by default)",
+        )  # fmt: skip
         if order not in ("feistel", "shards", "sequential"):
             raise ValueError(
                 f"{where}: order must be 'feistel', 'shards' or 'sequential'; got {order!r}; "
@@ -375,7 +374,7 @@ class Mixture(torch.utils.data.Dataset):
 
     def __getitem__(self, position: int) -> Any:
         if not is_int(position):
-            raise TypeError(f"Mixture: index must be an int; got {type(position).__name__}")
+            raise ArgumentError(f"Mixture: index must be an int; got {type(position).__name__}")
         if not 0 <= position < self.length:
             raise IndexError(f"Mixture: index must be in [0, {self.length}); got {position}")
         fetch = _sample.current
