@@ -10,7 +10,7 @@ skips that many batches of *indices*, O(k), never data, and warns once per loade
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch.utils.data
@@ -19,6 +19,7 @@ from seekdata._core import dist as _dist
 from seekdata._core import reshape as _statecheck
 from seekdata._core import state as S
 from seekdata._core.cursor import Cursor, Now
+from seekdata._loader.config import LoaderConfig
 from seekdata._loader.engines.keyed import WHERE, KeyedEngine
 from seekdata._loader.plan import Plan, PlannedBatch
 
@@ -30,9 +31,18 @@ class ReplayEngine(KeyedEngine):
     """Batches from any sampler or batch sampler, counted by the cursor."""
 
     def __init__(
-        self, sampler: Any, batch_sampler: Any, n: int, dataset: Any, **kwargs: Any
+        self,
+        sampler: Any,
+        n: int,
+        dataset: Any,
+        config: LoaderConfig,
+        collate_fn: Callable[[list[Any]], Any],
     ) -> None:
-        batch_size, drop_last = kwargs["batch_size"], kwargs["drop_last"]
+        batch_sampler, batch_size, drop_last = (
+            config.batch_sampler,
+            config.batch_size,
+            config.drop_last,
+        )
         if batch_sampler is not None:
             if sampler is not None or batch_size not in (None, 1) or drop_last:
                 raise ValueError(
@@ -46,7 +56,7 @@ class ReplayEngine(KeyedEngine):
             self.batches_of = sampler
         else:
             self.batches_of = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
-        super().__init__(dataset, **kwargs)
+        super().__init__(dataset, config, collate_fn)
         self.sampler = sampler
         # the user's batch sampler, or the torch BatchSampler over the user's sampler
         self.batch_sampler = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch.utils.data
@@ -14,6 +14,7 @@ from seekdata._core import reshape as _statecheck
 from seekdata._core import state as S
 from seekdata._core.checks import check_int
 from seekdata._loader import frameworks as _frameworks
+from seekdata._loader.config import LoaderConfig
 from seekdata._loader.engines.keyed import WHERE, KeyedEngine
 from seekdata._loader.plan import (
     Geometry,
@@ -73,20 +74,27 @@ class BatchIndices(torch.utils.data.BatchSampler):
 class SeekableEngine(KeyedEngine):
     """Batches from a :class:`seekdata.DistributedSampler`'s cursor: O(1) setup and resume."""
 
-    def __init__(self, sampler: DistributedSampler, dataset: Any, **kwargs: Any) -> None:
-        super().__init__(dataset, **kwargs)
+    def __init__(
+        self,
+        sampler: DistributedSampler,
+        dataset: Any,
+        config: LoaderConfig,
+        collate_fn: Callable[[list[Any]], Any],
+    ) -> None:
+        super().__init__(dataset, config, collate_fn)
         self.dataset = dataset
         self.sampler = sampler
         self.cursor = sampler.cursor
-        self.b = self.batch_size or 1
+        self.b = config.batch_size or 1  # samples per batch (1 with batch_size=None)
+        self.drop_last = config.drop_last  # the batches' (the sampler's is its own)
         # torch's rule: batch_size=None means no batch sampler
-        self.batch_sampler = None if self.batch_size is None else self._view(sampler)
+        self.batch_sampler = None if config.batch_size is None else self._view(sampler)
 
     def _resized(self) -> DistributedSampler | None:
         """torch's default samplers read len(dataset) at every iter() and len(); the loader's
         own sampler does too: rebuilt (same seed, epoch and epoch-end flags) when it changed."""
         old = self.sampler
-        if not self.owns_sampler or dataset_length(self.dataset, WHERE) == old.n:
+        if not self.config.owns_sampler or dataset_length(self.dataset, WHERE) == old.n:
             return None
         new = DistributedSampler(
             self.dataset, 1, 0, shuffle=old.shuffle, seed=old.seed, grown=old.growths or None
@@ -106,7 +114,8 @@ class SeekableEngine(KeyedEngine):
     def _view(self, sampler: DistributedSampler) -> BatchIndices:
         # a rebuild by Lightning's DDP reaches the sampler only: what it needs to rebuild this
         # stream is recorded against the sampler (_frameworks.reshard_request reads it)
-        _frameworks.remember(sampler, self.owns_sampler, self.seed_explicit, self.seed)
+        config = self.config
+        _frameworks.remember(sampler, config.owns_sampler, config.seed_explicit, self.seed)
         return BatchIndices(sampler, self.b, self.drop_last, engine=self)
 
     def growths_for(
@@ -228,8 +237,9 @@ class SeekableEngine(KeyedEngine):
         return _statecheck.global_batch(state, self.sampler.n, (world, self.b), drop, where, strict)
 
     def adopt_seed(self, seed: int) -> None:
-        if self.owns_sampler:
+        if self.config.owns_sampler:
             self.sampler.reseed(seed)
         super().adopt_seed(seed)
         if self.batch_sampler is not None:
-            _frameworks.remember(self.sampler, self.owns_sampler, self.seed_explicit, seed)
+            config = self.config
+            _frameworks.remember(self.sampler, config.owns_sampler, config.seed_explicit, seed)
