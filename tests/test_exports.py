@@ -41,6 +41,7 @@ NAMESPACES = [
     "seekdata.order",
     "seekdata.preemption",
     "seekdata.rng",
+    "seekdata.sources",
     "seekdata.testing",
     "seekdata.tokens",
     "seekdata.training",
@@ -238,6 +239,28 @@ def test_no_private_name_is_imported_across_modules() -> None:
     assert found == []
 
 
+def _private_reads(path: pathlib.Path) -> list[str]:
+    """``x._name`` in ``path`` where ``x`` is not ``self`` or ``cls``: another object's private
+    field (dunders aside)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__") or (
+            isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        ):
+            continue
+        found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_a_mixtures_changes_talk_to_it_through_methods_not_its_private_fields() -> None:
+    """sources/mixtures/changes.py read Mixture's private fields 17 times (issue 28): it reads
+    its public properties (growths, segments) and returns what Mixture.changed builds."""
+    root = pathlib.Path(seekdata.__file__).parent
+    assert _private_reads(root / "sources" / "mixtures" / "changes.py") == []
+
+
 # --- public import paths: every one imports, with the names it had (issue 28 moved the code) --
 
 PUBLIC = {
@@ -268,6 +291,8 @@ PUBLIC = {
         "PreemptionHandler", "WorkerSignals", "exit_flag", "starting_workers",
         "stopping_workers", "worker_signals",
     ],
+    "seekdata.sources": ["SeekableSource"],
+    "seekdata.sources.protocol": ["SeekableSource"],
     "seekdata.testing": ["assert_exact_resume", "first_difference", "run_loop"],
     "seekdata.tokens": ["IGNORE_INDEX", "PackedDocuments", "TokenWindows"],
     "seekdata.wds": ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "TarShards"],

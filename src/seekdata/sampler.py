@@ -21,6 +21,7 @@ import torch.utils.data
 from seekdata._core import dist as _dist
 from seekdata._core import partition as P
 from seekdata._core import reshape as _statecheck
+from seekdata._core import source as _source
 from seekdata._core import state as S
 from seekdata._core.checks import check_bool, check_counter, check_int
 from seekdata._core.cursor import Cursor
@@ -108,7 +109,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.drop_last = check_bool(drop_last, "drop_last", where)
         self.seed = check_counter(seed, "seed", where)
         self._order_arg = order
-        if self.shuffle and getattr(dataset, "shuffles_itself", False):  # e.g. seekdata.Mixture
+        if self.shuffle and _source.shuffles_itself(dataset):  # e.g. seekdata.Mixture
             raise ValueError(
                 f"{where}: {type(dataset).__name__} orders its own positions, so shuffle must be "
                 f"False (shuffling them again loses its per-prefix weight bound); got shuffle=True"

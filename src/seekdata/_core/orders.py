@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from seekdata._core import source as _source
 from seekdata._core.checks import ArgumentError, is_int
 from seekdata._core.rngkeys import ORDER, key_words, mix64_into, mix_keyed
 
@@ -335,7 +336,7 @@ def make_order(
         return TorchRandperm(n, seed)
     if spec == "sequential":
         return Sequential(n)
-    sizes = getattr(dataset, "shard_sizes", None)
+    sizes = _source.shard_sizes(dataset)
     if sizes is None:
         raise ValueError(
             f"{where}: order='shards' needs a dataset with shard_sizes (samples per shard, e.g. "

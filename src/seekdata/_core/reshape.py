@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from seekdata._core import partition as P
+from seekdata._core import source as _source
 from seekdata._core.checks import is_state_int
 from seekdata._core.growth import Growth, check_growths, refuse_unstable, signature_then
 from seekdata._core.state import (
@@ -294,11 +295,8 @@ def stream_records(dataset: Any, epoch: int, position: int) -> dict[str, Any]:
     signature = signature_then(dataset, None)
     if signature is not None:
         out[K_DATASET] = signature
-    records = getattr(dataset, "_stream_records", None)
-    if callable(records):
-        out.update(records(epoch, position))
-    sources = getattr(dataset, "source_signatures", None)
-    signed = sources() if callable(sources) else []
+    out.update(_source.stream_records(dataset, epoch, position))
+    signed = _source.source_signatures(dataset)
     if signed:
         out[K_SOURCES] = signed
     return out
@@ -315,8 +313,7 @@ def check_stream(
     if state.get(K_KIND) == "sampler" and K_DATASET not in state and K_PREFIX not in state:
         return
     _check_sources(state, dataset, where, strict)
-    records = getattr(dataset, "_stream_records", None)
-    here = records(state[K_EPOCH], state[K_POSITION], True) if callable(records) else {}
+    here = _source.stream_records(dataset, state[K_EPOCH], state[K_POSITION], always=True)
     if here:  # a mixture: a state that agrees on the stream consumed is accepted
         check_mixture(state, signature_then(dataset, None), here[K_PREFIX],
                       here.get(K_HISTORY, []), type(dataset), where, strict)  # fmt: skip
@@ -338,8 +335,7 @@ def _check_sources(state: Mapping[str, Any], dataset: Any, where: str, strict: b
     removed since (``Mixture.gone``) or absent is not read, so not checked; a state without the
     record (an older release, or no source with a stream) is not checked."""
     recorded = state.get(K_SOURCES)
-    find = getattr(dataset, "source_with_id", None)
-    if not recorded or not callable(find):
+    if not recorded or not _source.finds_sources(dataset):
         return
     for entry in recorded:
         if not (isinstance(entry, list) and len(entry) == 3 and is_state_int(entry[0])
@@ -348,7 +344,7 @@ def _check_sources(state: Mapping[str, Any], dataset: Any, where: str, strict: b
                 f"{where}: each of state[{K_SOURCES!r}] must be [source id, length, "
                 f"signature]; got {entry!r}; pass an unmodified state_dict()"
             )
-        found = find(entry[0])
+        found = _source.source_with_id(dataset, entry[0])
         if found is None:
             continue
         label, source = found

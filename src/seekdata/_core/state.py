@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from seekdata._core import source as _source
 from seekdata._core.checks import is_state_int
 
 __all__ = [
@@ -299,7 +300,7 @@ def check_dataset(
     else:
         problem = f"{K_DATASET} is {old!r} in the checkpoint but {here!r} here{detail}"
     if strict:
-        mixture = hasattr(dataset, "_stream_records") or str(old).startswith("Mixture(")
+        mixture = _source.has_stream_records(dataset) or str(old).startswith("Mixture(")
         same = _SAME[mixture]  # a Mixture's: the same sources and weights
         raise StateMismatchError(f"{where}: {problem}; {_FIX[K_DATASET].format(same=same)}")
     warn_caller(f"{where}: {problem}; continuing (strict=False): {_CONTINUES[K_DATASET]}")

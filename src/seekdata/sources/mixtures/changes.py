@@ -17,9 +17,10 @@ to name the first differing change when a state is refused and for ``seekdata in
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from seekdata._core import state as S
 from seekdata._core.checks import ArgumentError, check_counter, is_int, is_state_int
@@ -33,6 +34,28 @@ Mixture = Any
 WHERE = "Mixture.changed"
 #: At most this many names (added, removed, grown) or weights in a history record; more: a count.
 _LISTED = 8
+
+
+class Change(NamedTuple):
+    """A changed mixture's arguments: its sources (a dict by name, or a list), schedule and
+    source ids, and the growths ``(source, at, n0, n1)`` it installs."""
+
+    sources: Any
+    schedule: list[tuple[int, Any]]
+    source_ids: list[int]
+    growths: list[tuple[int, int, int, int]]
+
+
+#: Per mixture: its prefix signatures and history records, made once (a mixture's segments and
+#: growths never change after it is built).
+_MEMOS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _memo(mix: Mixture) -> dict[Any, Any]:
+    memo = _MEMOS.get(mix)
+    if memo is None:
+        memo = _MEMOS[mix] = {}
+    return memo
 
 
 class Gone:
@@ -113,8 +136,9 @@ def changed(
     remove: Sequence[Any],
     grown: Mapping[Any, Any] | None,
     length: int | None,
-) -> Any:
-    """The mixture ``mix`` until ``at``, changed from there on (see :meth:`Mixture.changed`)."""
+) -> Change:
+    """What the mixture ``mix`` until ``at``, changed from there on, is built from (see
+    :meth:`Mixture.changed`, which builds it)."""
     if length is not None and length != mix.length:
         raise ValueError(
             f"{WHERE}: length= (a new mixture epoch length) is not supported; got {length} for "
@@ -126,7 +150,7 @@ def changed(
             f"{WHERE}: at is position 0, before anything was read: there is no history to "
             f"keep; build the new mixture directly with seekdata.Mixture(...)"
         )
-    late = [g for g in mix._growths if g[1] >= stream]
+    late = [g for g in mix.growths if g[1] >= stream]
     if late:
         raise ValueError(
             f"{WHERE}: this mixture already grows a source at P={late[0][1]:,}, at or after "
@@ -140,7 +164,7 @@ def changed(
     if names is not None:
         names += [str(name) for name in new]
     datasets += list(new.values()) if isinstance(new, Mapping) else list(new)
-    growths = list(mix._growths)
+    growths = list(mix.growths)
     for key, dataset in (grown or {}).items():
         s = source_index(key, mix.names, k, "grown")
         n0, n1 = mix.sizes[s], len(dataset)
@@ -175,18 +199,13 @@ def changed(
             )
     extra = [0] * (len(datasets) - k)
     schedule: list[tuple[int, Any]] = [
-        (seg.start, [*seg.a, *extra]) for seg in mix._schedule.segments if seg.start < stream
+        (seg.start, [*seg.a, *extra]) for seg in mix.segments if seg.start < stream
     ]
     schedule.append((stream, integer_weights(fracs)))
     ids = list(mix.source_ids)
     ids += range(max(ids) + 1, max(ids) + 1 + len(extra))
-    out = type(mix)(
-        dict(zip(names, datasets, strict=True)) if names is not None else datasets,
-        schedule=schedule, length=mix.length, seed=mix.seed, order=mix.order, source_ids=ids,
-        reseed_global_rng=mix.reseed_global_rng, window=mix.window,
-    )  # fmt: skip
-    out._grow(growths)
-    return out
+    sources = dict(zip(names, datasets, strict=True)) if names is not None else datasets
+    return Change(sources, schedule, ids, growths)
 
 
 def _added(
@@ -221,7 +240,7 @@ def _added(
 
 def _size_before(mix: Mixture, k: int, stream: int) -> int:
     """Source k's length for stream positions before ``stream``."""
-    for s, at, n0, _ in mix._growths:
+    for s, at, n0, _ in mix.growths:
         if s == k and at >= stream:
             return n0
     return mix.sizes[k]
@@ -239,12 +258,13 @@ def prefix_signature(mix: Mixture, stream: int) -> str:
     prefix. Position 0 signs the first segment (a change at 0 is a new mixture)."""
     window = max(mix.window, 1)
     cut = max(-(-stream // window) * window, 1)
-    segments = [seg for seg in mix._schedule.segments if seg.start < cut]
-    growths = tuple(g for g in mix._growths if g[1] < cut)
+    segments = [seg for seg in mix.segments if seg.start < cut]
+    growths = tuple(g for g in mix.growths if g[1] < cut)
     key = ("prefix", len(segments), len(growths))  # the same cut: the same signature
-    if key not in mix._memo:
-        mix._memo[key] = _prefix(mix, segments, growths, cut)
-    return str(mix._memo[key])
+    memo = _memo(mix)
+    if key not in memo:
+        memo[key] = _prefix(mix, segments, growths, cut)
+    return str(memo[key])
 
 
 def _prefix(mix: Mixture, segments: list[Any], growths: tuple[Any, ...], cut: int) -> str:
@@ -269,14 +289,15 @@ def _names(mix: Mixture, ks: Sequence[int]) -> list[Any] | int:
 def history(mix: Mixture, stream: int | None = None) -> list[dict[str, Any]]:
     """One record per change (segment start > 0 or growth) at or before ``stream`` (all if
     None): where, what (added, removed, grown, the weights for K <= 8) and a digest of it."""
-    if "history" not in mix._memo:  # hashing K = 1,000 big weights per change: once
-        mix._memo["history"] = _history(mix)
-    return [r for r in mix._memo["history"] if stream is None or r["at"] <= stream]
+    memo = _memo(mix)
+    if "history" not in memo:  # hashing K = 1,000 big weights per change: once
+        memo["history"] = _history(mix)
+    return [r for r in memo["history"] if stream is None or r["at"] <= stream]
 
 
 def _history(mix: Mixture) -> list[dict[str, Any]]:
-    segments = {seg.start: j for j, seg in enumerate(mix._schedule.segments) if seg.start}
-    ats = sorted({*segments, *(g[1] for g in mix._growths)})
+    segments = {seg.start: j for j, seg in enumerate(mix.segments) if seg.start}
+    ats = sorted({*segments, *(g[1] for g in mix.growths)})
     out = []
     for at in ats:
         record: dict[str, Any] = {
@@ -285,7 +306,7 @@ def _history(mix: Mixture) -> list[dict[str, Any]]:
         spec: list[Any] = [at]
         if at in segments:
             j = segments[at]
-            seg, before = mix._schedule.segments[j], mix._schedule.segments[:j]
+            seg, before = mix.segments[j], mix.segments[:j]
             present = [k for k, x in enumerate(seg.a) if x]
             added = [k for k in present if not any(b.a[k] for b in before)]
             removed = [k for k, x in enumerate(before[-1].a) if x and not seg.a[k]]
@@ -297,7 +318,7 @@ def _history(mix: Mixture) -> list[dict[str, Any]]:
                 record["weights"] = [str(Fraction(x, sum(seg.a))) for x in seg.a]
             spec.append([(k, mix.source_ids[k], _size_before(mix, k, at + 1), seg.a[k])
                          for k in present])  # fmt: skip
-        grew = [g for g in mix._growths if g[1] == at]
+        grew = [g for g in mix.growths if g[1] == at]
         if grew:
             if len(grew) > _LISTED:
                 record["grown"] = len(grew)
@@ -314,7 +335,7 @@ def _history(mix: Mixture) -> list[dict[str, Any]]:
 
 def records(mix: Mixture, epoch: int, position: int, always: bool) -> dict[str, Any]:
     """The state keys of a mixture with changes (``always``: of any mixture) at the cursor."""
-    if not always and len(mix._schedule.segments) == 1 and not mix._growths:
+    if not always and len(mix.segments) == 1 and not mix.growths:
         return {}
     stream = epoch * mix.length + position
     done = history(mix, stream)
