@@ -128,7 +128,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         self._engine, self.collate_fn = build(dataset, config)
         self._engine.lookahead = config.lookahead
         if config.reshard is not None:  # the cursor is a global position: it stays where it is
-            self._engine.shard(config.reshard.world, config.reshard.rank)
+            self._engine.become_rank(config.reshard.world, config.reshard.rank)
         self._initialized = True
 
     # --- torch's attribute rules ----------------------------------------------------------------
@@ -216,12 +216,19 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         resume, skip and resharding need no replay."""
         return isinstance(self._engine, SeekableEngine)
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def assign_rank(self, num_replicas: int, rank: int) -> None:
         """Become rank ``rank`` of ``num_replicas`` ranks: what a framework that shards loaders
         calls (accelerate's ``prepare``, Lightning's DDP). The cursor is a global position, so
         it stays where it is, and the stream goes on as the same global stream. Needs a seekable
-        sampler built single-process (or already on that rank) for more than one rank."""
-        where = "StatefulDataLoader.shard"
+        sampler built single-process (or already on that rank) for more than one rank. (Not a
+        shard of data: a rank's part of the one global stream.)"""
+        self._assign_rank(num_replicas, rank, "StatefulDataLoader.assign_rank")
+
+    def shard(self, num_replicas: int, rank: int) -> None:
+        """The old name of :meth:`assign_rank`, kept for frameworks and code that call it."""
+        self._assign_rank(num_replicas, rank, "StatefulDataLoader.shard")
+
+    def _assign_rank(self, num_replicas: int, rank: int, where: str) -> None:
         num_replicas = check_int(num_replicas, "num_replicas", where, 1)
         rank = check_int(rank, "rank", where, 0)
         sampler, world = self.sampler, getattr(self.sampler, "num_replicas", 1)
@@ -244,7 +251,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
                 f"num_replicas={num_replicas}, rank={rank}, or leave it single-process and let "
                 f"the framework shard it"
             )
-        self._engine.shard(num_replicas, rank)
+        self._engine.become_rank(num_replicas, rank)
 
     def place(self, move: Callable[[Any], Any] | None) -> None:
         """Hand out each batch as ``move(batch)`` (e.g. accelerate's ``send_to_device``), or as

@@ -252,7 +252,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     def state_dict(self) -> dict[str, Any]:
         """The cursor and the fields that define the stream: JSON-native, the same on every rank.
         One value of the cursor: safe to call from another thread while iterating."""
-        now = self.cursor.now
+        now = self.cursor.snapshot
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "sampler",

@@ -42,6 +42,7 @@ INTS: dict[str, Callable[[Any, pathlib.Path], Any]] = {
     ),
     "StatefulDataLoader.skip": lambda v, _: _loader().skip(v),
     "StatefulDataLoader.skip_to": lambda v, _: _loader().skip_to(v),
+    "StatefulDataLoader.assign_rank(num_replicas=)": lambda v, _: _loader().assign_rank(v, 0),
     "StatefulDataLoader.shard(num_replicas=)": lambda v, _: _loader().shard(v, 0),
     "StatefulDataLoader.set_epoch": lambda v, _: _loader().set_epoch(v),
     "DistributedSampler(seed=)": lambda v, _: seekdata.DistributedSampler(DATA, 1, 0, seed=v),

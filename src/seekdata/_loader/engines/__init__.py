@@ -55,7 +55,7 @@ class Engine(Protocol):
         """A torch attribute read at every ``iter()`` was assigned (``num_workers``, ...)."""
         ...
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def become_rank(self, num_replicas: int, rank: int) -> None:
         """Become rank ``rank`` of ``num_replicas``; the cursor is global: it stays."""
         ...
 

@@ -124,11 +124,11 @@ class IterableEngine:
     def full_len(self) -> int:
         return len(self.engine)
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def become_rank(self, num_replicas: int, rank: int) -> None:
         if (num_replicas, rank) != (1, 0):
             raise ValueError(
-                f"StatefulDataLoader.shard: an IterableDataset shards its stream itself (each "
-                f"rank's is its own), so seekdata cannot shard it across {num_replicas} "
+                f"StatefulDataLoader.assign_rank: an IterableDataset shards its stream itself "
+                f"(each rank's is its own), so seekdata cannot shard it across {num_replicas} "
                 f"processes; got an IterableDataset; shard it in the dataset (by rank), or use "
                 f"a map-style dataset"
             )
@@ -251,7 +251,7 @@ class IterableEngine:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        now = self.cursor.now  # one value of the cursor (state_dict from another thread)
+        now = self.cursor.snapshot  # one value of the cursor (state_dict from another thread)
         if self._held is not None:  # device=: torchdata pulled ahead of what was handed out
             engine = copy.deepcopy(self._held)
         else:

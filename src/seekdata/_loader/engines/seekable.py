@@ -15,7 +15,7 @@ from seekdata._core import state as S
 from seekdata._core.checks import check_int
 from seekdata._loader import frameworks as _frameworks
 from seekdata._loader.config import LoaderConfig
-from seekdata._loader.engines.keyed import WHERE, KeyedEngine
+from seekdata._loader.engines.mapstyle import WHERE, MapEngine
 from seekdata._loader.plan import (
     Geometry,
     Plan,
@@ -71,7 +71,7 @@ class BatchIndices(torch.utils.data.BatchSampler):
         return int(self._engine.full_len())
 
 
-class SeekableEngine(KeyedEngine):
+class SeekableEngine(MapEngine):
     """Batches from a :class:`seekdata.DistributedSampler`'s cursor: O(1) setup and resume."""
 
     def __init__(
@@ -105,7 +105,7 @@ class SeekableEngine(KeyedEngine):
     def iterate(self) -> Iterator[Any]:
         resized = self._resized()
         if resized is not None:
-            S.check_resize(self.sampler.cursor.now, self.sampler.n, resized.n, WHERE)
+            S.check_resize(self.sampler.cursor.snapshot, self.sampler.n, resized.n, WHERE)
             self.sampler, self.cursor = resized, resized.cursor
             if self.batch_sampler is not None:
                 self.batch_sampler = self._view(resized)
@@ -146,22 +146,24 @@ class SeekableEngine(KeyedEngine):
     def rank(self) -> int:
         return int(self.sampler.rank)
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def become_rank(self, num_replicas: int, rank: int) -> None:
         self.sampler.reshard(num_replicas, rank)  # the cursor is global: it stays where it is
 
-    # --- planning: values from the cursor; moves only in commit and consumed ---------------------
+    # --- planning: values from the cursor; moves only in commit and advance_past -----------------
 
     def plan(self) -> Plan:
         at = self.cursor.next_start()
-        return plan_seekable(Geometry.of(self.sampler), at, self.cursor.now, self.b, self.drop_last)
+        return plan_seekable(
+            Geometry.of(self.sampler), at, self.cursor.snapshot, self.b, self.drop_last
+        )
 
     def batches(self, plan: Plan) -> Iterator[PlannedBatch]:
         return seekable_batches(plan)
 
     def commit(self, plan: Plan) -> None:
-        self.cursor.enter(plan.start, plan.batch0)  # the plan was made from next_start()
+        self.cursor.enter(plan.start_position, plan.batch0)  # the plan was made from next_start()
 
-    def consumed(self, plan: Plan, k: int, end: bool = False) -> int:
+    def advance_past(self, plan: Plan, k: int, end: bool = False) -> int:
         if end:
             self.cursor.finish()
             return plan.batch0 + k
@@ -181,7 +183,7 @@ class SeekableEngine(KeyedEngine):
     def _at(self) -> tuple[int, int, int]:
         """(epoch, position, batch number) the next iterator starts at."""
         epoch, position = self.cursor.next_start()
-        now = self.cursor.now
+        now = self.cursor.snapshot
         return epoch, position, now.batch if epoch == now.epoch and position > 0 else 0
 
     def _move(self, batches: int, where: str) -> None:

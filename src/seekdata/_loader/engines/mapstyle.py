@@ -19,7 +19,7 @@ import torch.utils.data
 from seekdata._core import reshape as C
 from seekdata._core import state as S
 from seekdata._core import streams as rng
-from seekdata._core.cursor import Cursor, Now
+from seekdata._core.cursor import Cursor, Snapshot
 from seekdata._core.rngkeys import step_seed
 from seekdata._core.steprng import set_step_rng
 from seekdata._loader import workers as preemption
@@ -55,10 +55,10 @@ class _PlannedBatches(torch.utils.data.Sampler[PlannedBatch]):
         return self._count
 
 
-class KeyedEngine:
+class MapEngine:
     """A map-style path. A subclass plans an epoch from the cursor (:meth:`plan`, a value; it
     moves nothing), lists the plan's batches (:meth:`batches`), commits the plan and counts
-    batches handed out (:meth:`commit`, :meth:`consumed`: the only moves of the cursor while
+    batches handed out (:meth:`commit`, :meth:`advance_past`: the only moves of the cursor while
     iterating), and supplies the values its state is checked against."""
 
     cursor: Cursor
@@ -102,12 +102,12 @@ class KeyedEngine:
 
     def commit(self, plan: Plan) -> None:
         """The iterator hands out the plan's first batch: the cursor enters the plan's epoch
-        (its epoch-end rules) at the plan's start."""
+        (its epoch-end rules) where the plan's first batch starts."""
         raise NotImplementedError
 
-    def consumed(self, plan: Plan, k: int, end: bool = False) -> int:
-        """``k`` batches of ``plan`` were handed out (``end``: the iterator finished); the
-        number in the epoch of the last one handed out."""
+    def advance_past(self, plan: Plan, k: int, end: bool = False) -> int:
+        """Move the cursor past the first ``k`` batches of ``plan``, which were handed out
+        (``end``: the iterator finished); the number in the epoch of the last one handed out."""
         raise NotImplementedError
 
     def full_len(self) -> int:
@@ -117,7 +117,7 @@ class KeyedEngine:
         """This rank, for the model-side step RNG (``step_rng``)."""
         raise NotImplementedError
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def become_rank(self, num_replicas: int, rank: int) -> None:
         """Become rank ``rank`` of ``num_replicas`` (a framework sharding this loader)."""
         raise NotImplementedError
 
@@ -159,7 +159,7 @@ class KeyedEngine:
         """The state's record of the dataset's growths (nothing when it never grew)."""
         return {}
 
-    def cursor_fields(self, now: Now) -> dict[str, Any]:
+    def cursor_fields(self, now: Snapshot) -> dict[str, Any]:
         """The cursor's part of the state, from one value of the cursor."""
         return self.cursor.fields(now)
 
@@ -237,7 +237,7 @@ class KeyedEngine:
 
     def state_dict(self) -> dict[str, Any]:
         S.check_in_order(self.loader.in_order)
-        now = self.cursor.now  # one value: a state_dict() from another thread is never torn
+        now = self.cursor.snapshot  # one value: a state_dict() from another thread is never torn
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "loader",
@@ -287,7 +287,7 @@ class _LoaderIter:
     ``next()``, re-planned first if the cursor moved since it was made.
     """
 
-    def __init__(self, engine: KeyedEngine) -> None:
+    def __init__(self, engine: MapEngine) -> None:
         self._engine = engine
         self._plan: Plan | None = None
         self._batches: Iterator[Any] | None = None  # torch's iterator over the plan (or ours)
@@ -351,10 +351,10 @@ class _LoaderIter:
             batch = next(batches)
         except StopIteration:
             self._done = True
-            engine.consumed(plan, self._k, end=True)
+            engine.advance_past(plan, self._k, end=True)
             raise
         self._k += 1
-        batch_in_epoch = engine.consumed(plan, self._k)
+        batch_in_epoch = engine.advance_past(plan, self._k)
         if self._step_seed is not None:  # the caller's model-side RNG: a function of the batch
             set_step_rng(self._step_seed, batch_in_epoch, rank=self._rank)
         if type(batch) is FailedBatch:  # consumed, as torch counts it; the next next() goes on
@@ -375,7 +375,7 @@ class _LoaderIter:
         return getattr(batches, name)
 
 
-def _in_process(engine: KeyedEngine, planned: Iterator[PlannedBatch]) -> Iterator[Any]:
+def _in_process(engine: MapEngine, planned: Iterator[PlannedBatch]) -> Iterator[Any]:
     """``num_workers=0`` without pinning: what torch's single-process iterator does for a
     map-style dataset — fetch each planned batch (``__getitems__`` with a batch sampler,
     ``dataset[planned]`` without), then collate — minus its per-batch machinery (a profiler
