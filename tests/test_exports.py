@@ -41,6 +41,7 @@ NAMESPACES = [
     "seekdata.order",
     "seekdata.preemption",
     "seekdata.rng",
+    "seekdata.sources",
     "seekdata.testing",
     "seekdata.tokens",
     "seekdata.training",
@@ -207,11 +208,11 @@ def _first_batch_path() -> list[tuple[str, str]]:
 
 
 def test_one_batch_reaches_the_cursor_in_few_hops_and_only_the_engine_moves_it() -> None:
-    """The control path of a batch (calls into the key primitive and global-RNG seeding are
-    leaves, not counted) stays short: 34 calls entered another file before the plan became a
-    value and the engine the cursor's one writer, 23 after."""
+    """The control path of a batch (calls into the key primitive, global-RNG seeding and the
+    argument checks are leaves, not counted) stays short: 34 calls entered another file before
+    the plan became a value and the engine the cursor's one writer, 23 after."""
     path = _first_batch_path()
-    leaves = ("_core/rngkeys.py", "_core/globalrng.py")
+    leaves = ("_core/rngkeys.py", "_core/globalrng.py", "_core/checks.py")
     control = [(a, b) for a, b in path if b not in leaves]
     assert len(control) <= 23, control
     assert {a for a, b in path if b == "_core/cursor.py"} == {"_loader/engines/seekable.py"}
@@ -236,6 +237,28 @@ def test_no_private_name_is_imported_across_modules() -> None:
                     private = [n for n in private if not (base / f"{n}.py").exists()]
                 found += [f"{path.relative_to(root)}: {node.module}.{n}" for n in private]
     assert found == []
+
+
+def _private_reads(path: pathlib.Path) -> list[str]:
+    """``x._name`` in ``path`` where ``x`` is not ``self`` or ``cls``: another object's private
+    field (dunders aside)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__") or (
+            isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        ):
+            continue
+        found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_a_mixtures_changes_talk_to_it_through_methods_not_its_private_fields() -> None:
+    """sources/mixtures/changes.py read Mixture's private fields 17 times (issue 28): it reads
+    its public properties (growths, segments) and returns what Mixture.changed builds."""
+    root = pathlib.Path(seekdata.__file__).parent
+    assert _private_reads(root / "sources" / "mixtures" / "changes.py") == []
 
 
 # --- public import paths: every one imports, with the names it had (issue 28 moved the code) --
@@ -268,6 +291,8 @@ PUBLIC = {
         "PreemptionHandler", "WorkerSignals", "exit_flag", "starting_workers",
         "stopping_workers", "worker_signals",
     ],
+    "seekdata.sources": ["SeekableSource"],
+    "seekdata.sources.protocol": ["SeekableSource"],
     "seekdata.testing": ["assert_exact_resume", "first_difference", "run_loop"],
     "seekdata.tokens": ["IGNORE_INDEX", "PackedDocuments", "TokenWindows"],
     "seekdata.wds": ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "TarShards"],

@@ -576,3 +576,17 @@ def test_snapshot_every_n_steps_is_stored_and_exactness_does_not_depend_on_it() 
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="snapshot_every_n_steps must be an int >= 0"):
             make(snapshot_every_n_steps=bad)
+
+
+def test_assign_rank_is_the_documented_name_and_shard_its_old_one() -> None:
+    """``shard`` meant "become rank r" beside TarShards' shards of data: ``assign_rank`` says
+    so; ``shard`` stays, the same call, without a warning."""
+
+    def rank1(call: str) -> list[list[int]]:
+        loader = seekdata.StatefulDataLoader(list(range(16)), batch_size=4, shuffle=True, seed=0)
+        getattr(loader, call)(2, 1)
+        return [batch.tolist() for batch in loader]
+
+    whole = seekdata.DistributedSampler(list(range(16)), num_replicas=2, rank=1, seed=0)
+    assert [i for batch in rank1("assign_rank") for i in batch] == list(whole)
+    assert rank1("shard") == rank1("assign_rank")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from seekdata._core import dist as _dist
-from seekdata._core.rngkeys import check_int
+from seekdata._core.checks import check_int
 
 __all__ = ["per_rank_batch_size"]
 

@@ -8,23 +8,20 @@ cursor only for batches it has handed to the caller. Resume is an O(1) seek: not
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 import torch.utils.data
 
-from seekdata._core import globalrng as _globalrng
+from seekdata._core.checks import check_bool, check_int
 from seekdata._core.growth import Growth
-from seekdata._core.rngkeys import check_counter, check_int
 from seekdata._loader import device as _device
 from seekdata._loader import frameworks as _frameworks
+from seekdata._loader.config import LoaderConfig
 from seekdata._loader.engines import Engine, build
-from seekdata._loader.engines.seekable import BatchIndices, SeekableEngine
-from seekdata._loader.seed import default_seed
-from seekdata._loader.torch_api import FORWARDED, FROZEN, check_torch_args
-from seekdata.sampler import check_bool
+from seekdata._loader.engines.seekable import SeekableEngine
+from seekdata._loader.torch_api import FORWARDED, FROZEN
 
 __all__ = ["StatefulDataLoader"]
 
@@ -95,49 +92,26 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         device_prefetch: int = 1,
         grown: Sequence[Growth] | None = None,
     ) -> None:
-        where = "StatefulDataLoader"
-        reshard = batch_sampler.reshard if isinstance(batch_sampler, BatchIndices) else None
-        if reshard is not None:  # Lightning's DDP rebuilt us around our own sampler
-            sampler, batch_sampler, shuffle = reshard.sampler, None, None
-            batch_size, drop_last = reshard.batch_size, reshard.drop_last
-        prefetch_factor = check_torch_args(
-            dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, drop_last,
-            timeout, prefetch_factor, persistent_workers,
+        config = LoaderConfig.from_args(
+            dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
+            pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
+            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device, in_order=in_order, seed=seed,
+            reseed_global_rng=reseed_global_rng, batch_transform=batch_transform,
+            snapshot_every_n_steps=snapshot_every_n_steps, step_rng=step_rng,
+            batched_fetch=batched_fetch, device=device, device_prefetch=device_prefetch,
+            grown=grown, where="StatefulDataLoader",
         )  # fmt: skip
-        if batch_sampler is not None:
-            batch_size, drop_last = None, False  # torch's rule: the batch sampler decides both
+        # torch's attributes, as frameworks read them (the engines read the config)
         self.dataset = dataset
-        seed_explicit = seed is not None  # else the checkpoint's seed wins at load
-        if reshard is not None:  # as the loader it rebuilds: its seed, chosen or not
-            seed, seed_explicit = reshard.seed, reshard.seed_explicit
-        if seed is None:
-            self.seed = default_seed(generator, where)
-            generator = None  # used: it decided the seed
-        else:
-            self.seed = check_counter(seed, "seed", where)
-        if snapshot_every_n_steps is not None:  # torchdata's: 0 or None snapshot on request
-            check_int(snapshot_every_n_steps, "snapshot_every_n_steps", where, 0)
-        self.snapshot_every_n_steps = snapshot_every_n_steps
-        reseed = _globalrng.reseed_set(reseed_global_rng, where)  # bool or generator names
-        self.reseed_global_rng: bool | tuple[str, ...] = (
-            bool(reseed_global_rng) if isinstance(reseed_global_rng, bool | np.bool_) else reseed
-        )
-        self.drop_last = check_bool(drop_last, "drop_last", where)
-        self.in_order = check_bool(in_order, "in_order", where)
-        self.step_rng = check_bool(step_rng, "step_rng", where)
-        self.batched_fetch = check_bool(batched_fetch, "batched_fetch", where)
-        if batch_size is not None:
-            check_int(batch_size, "batch_size", where, 1)
-        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-        _check_batch_transform(batch_transform, iterable, batch_size, batch_sampler, where)
-        _check_shuffle(shuffle, sampler, batch_sampler, where)
-        if generator is not None:
-            warnings.warn(
-                f"{where}: generator= is ignored: order and worker seeds derive from seed="
-                f"{self.seed}; pass seed= to change the stream",
-                stacklevel=2,
-            )
-        self.batch_size = batch_size
+        self.seed = config.seed  # a checkpoint's replaces it (seed=None): load_state_dict
+        self.snapshot_every_n_steps = config.snapshot_every_n_steps
+        self.reseed_global_rng = config.reseed_global_rng
+        self.drop_last = config.drop_last
+        self.in_order = config.options["in_order"]
+        self.step_rng = config.step_rng
+        self.batched_fetch = config.batched_fetch
+        self.batch_size = config.batch_size
         self.generator = None
         self.num_workers = num_workers  # before multiprocessing_context: torch's setter reads it
         self.multiprocessing_context = multiprocessing_context  # torch's setter: str -> context
@@ -145,50 +119,16 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         self.pin_memory = pin_memory
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
-        self.prefetch_factor = prefetch_factor
+        self.prefetch_factor = config.options["prefetch_factor"]
         self.persistent_workers = persistent_workers
         self.batch_transform = batch_transform
-        lookahead = _device.prefetch_option(device, device_prefetch, where)
-        self.device = None if lookahead is None else lookahead.device
+        self.device = None if config.lookahead is None else config.lookahead.device
         self.device_prefetch = device_prefetch
         self._engine: Engine
-        self._engine, self.collate_fn = build(
-            dataset,
-            seed=self.seed,
-            seed_explicit=seed_explicit,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
-            owns_sampler=(sampler is None and batch_sampler is None)
-            or (reshard is not None and reshard.owns_sampler),
-            shuffle=shuffle,
-            batch_size=batch_size,
-            drop_last=self.drop_last,
-            collate_fn=collate_fn,
-            batch_transform=batch_transform,
-            worker_init_fn=worker_init_fn,
-            reseed=reseed,
-            reseed_global_rng=self.reseed_global_rng,
-            step_rng=self.step_rng,
-            batched_fetch=self.batched_fetch,
-            snapshot_every_n_steps=snapshot_every_n_steps,
-            grown=grown,
-            options=dict(  # torch's DataLoader arguments every engine passes on unchanged
-                num_workers=num_workers,
-                # device= on CUDA: the engine pins (in torch's pin thread with workers), so the
-                # copy ahead of the step is asynchronous
-                pin_memory=pin_memory or (lookahead is not None and lookahead.pins),
-                timeout=timeout,
-                multiprocessing_context=self.multiprocessing_context,
-                prefetch_factor=prefetch_factor,
-                persistent_workers=persistent_workers,
-                pin_memory_device=pin_memory_device,
-                in_order=in_order,
-            ),
-            where=where,
-        )
-        self._engine.lookahead = lookahead
-        if reshard is not None:  # the cursor is a global position: it stays where it is
-            self._engine.shard(reshard.world, reshard.rank)
+        self._engine, self.collate_fn = build(dataset, config)
+        self._engine.lookahead = config.lookahead
+        if config.reshard is not None:  # the cursor is a global position: it stays where it is
+            self._engine.become_rank(config.reshard.world, config.reshard.rank)
         self._initialized = True
 
     # --- torch's attribute rules ----------------------------------------------------------------
@@ -276,12 +216,19 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         resume, skip and resharding need no replay."""
         return isinstance(self._engine, SeekableEngine)
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def assign_rank(self, num_replicas: int, rank: int) -> None:
         """Become rank ``rank`` of ``num_replicas`` ranks: what a framework that shards loaders
         calls (accelerate's ``prepare``, Lightning's DDP). The cursor is a global position, so
         it stays where it is, and the stream goes on as the same global stream. Needs a seekable
-        sampler built single-process (or already on that rank) for more than one rank."""
-        where = "StatefulDataLoader.shard"
+        sampler built single-process (or already on that rank) for more than one rank. (Not a
+        shard of data: a rank's part of the one global stream.)"""
+        self._assign_rank(num_replicas, rank, "StatefulDataLoader.assign_rank")
+
+    def shard(self, num_replicas: int, rank: int) -> None:
+        """The old name of :meth:`assign_rank`, kept for frameworks and code that call it."""
+        self._assign_rank(num_replicas, rank, "StatefulDataLoader.shard")
+
+    def _assign_rank(self, num_replicas: int, rank: int, where: str) -> None:
         num_replicas = check_int(num_replicas, "num_replicas", where, 1)
         rank = check_int(rank, "rank", where, 0)
         sampler, world = self.sampler, getattr(self.sampler, "num_replicas", 1)
@@ -304,7 +251,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
                 f"num_replicas={num_replicas}, rank={rank}, or leave it single-process and let "
                 f"the framework shard it"
             )
-        self._engine.shard(num_replicas, rank)
+        self._engine.become_rank(num_replicas, rank)
 
     def place(self, move: Callable[[Any], Any] | None) -> None:
         """Hand out each batch as ``move(batch)`` (e.g. accelerate's ``send_to_device``), or as
@@ -352,40 +299,3 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         and every later state records the growth."""
         self._engine.load_state_dict(state, strict, check_bool(grow, "grow", "load_state_dict"))
         self.seed = self._engine.seed
-
-
-def _check_shuffle(shuffle: Any, sampler: Any, batch_sampler: Any, where: str) -> None:
-    """torch's rule: ``shuffle`` and a sampler of one's own are mutually exclusive."""
-    if shuffle and (sampler is not None or batch_sampler is not None):
-        which = "sampler" if sampler is not None else "batch_sampler"
-        other = "shuffle" if sampler is not None else "batch_size, shuffle, sampler and drop_last"
-        raise ValueError(
-            f"{where}: {which} option is mutually exclusive with {other}; got shuffle="
-            f"{shuffle!r} and a {which}; shuffle in the sampler (e.g. "
-            f"seekdata.DistributedSampler(..., shuffle=True)) and leave shuffle unset here"
-        )
-
-
-def _check_batch_transform(
-    batch_transform: Any, iterable: bool, batch_size: int | None, batch_sampler: Any, where: str
-) -> None:
-    """``batch_transform`` works on every path that makes batches, and is refused elsewhere."""
-    if batch_transform is None:
-        return
-    if not callable(batch_transform):
-        raise TypeError(
-            f"{where}: batch_transform must be a callable (batch, rng) -> batch; got "
-            f"{type(batch_transform).__name__}; pass e.g. seekdata.transforms.MixUp(0.2)"
-        )
-    if iterable:
-        raise ValueError(
-            f"{where}: batch_transform needs a map-style dataset (its randomness is keyed by "
-            f"the batch's indices, which an IterableDataset does not have); got an "
-            f"IterableDataset; apply the transform in the dataset or in the training loop"
-        )
-    if batch_size is None and batch_sampler is None:
-        raise ValueError(
-            f"{where}: batch_transform applies to batches, but batch_size=None loads single "
-            f"samples without collating them; pass batch_size=, or transform each sample in "
-            f"the dataset"
-        )

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from seekdata._core import dist as _dist
-from seekdata._core.rngkeys import is_int
+from seekdata._core.checks import ArgumentError, is_int
 from seekdata._loader.workers import (
     WorkerSignals,
     exit_flag,
@@ -68,7 +68,7 @@ def _check_signals(signals: Any) -> tuple[signal.Signals, ...]:
     out: list[signal.Signals] = []
     for s in signals:
         if not is_int(s):
-            raise TypeError(
+            raise ArgumentError(
                 f"{where}: each signal must be a signal.Signals; got {type(s).__name__} {s!r}; "
                 f"pass e.g. signal.SIGUSR1"
             )

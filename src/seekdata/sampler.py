@@ -21,11 +21,12 @@ import torch.utils.data
 from seekdata._core import dist as _dist
 from seekdata._core import partition as P
 from seekdata._core import reshape as _statecheck
+from seekdata._core import source as _source
 from seekdata._core import state as S
+from seekdata._core.checks import check_bool, check_counter, check_int
 from seekdata._core.cursor import Cursor
 from seekdata._core.growth import GrownOrder, Growth, check_growths, first_items, pad_origin
 from seekdata._core.orders import Order, make_order
-from seekdata._core.rngkeys import check_counter, check_int
 
 __all__ = ["DistributedSampler"]
 
@@ -45,12 +46,6 @@ def dataset_length(dataset: Any, where: str) -> int:
             f"check the dataset's path or filter"
         )
     return n
-
-
-def check_bool(value: Any, name: str, where: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{where}: {name} must be a bool; got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 def _already_split(dataset: Any, n: int, num_replicas: int) -> str | None:
@@ -114,7 +109,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.drop_last = check_bool(drop_last, "drop_last", where)
         self.seed = check_counter(seed, "seed", where)
         self._order_arg = order
-        if self.shuffle and getattr(dataset, "shuffles_itself", False):  # e.g. seekdata.Mixture
+        if self.shuffle and _source.shuffles_itself(dataset):  # e.g. seekdata.Mixture
             raise ValueError(
                 f"{where}: {type(dataset).__name__} orders its own positions, so shuffle must be "
                 f"False (shuffling them again loses its per-prefix weight bound); got shuffle=True"
@@ -257,7 +252,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     def state_dict(self) -> dict[str, Any]:
         """The cursor and the fields that define the stream: JSON-native, the same on every rank.
         One value of the cursor: safe to call from another thread while iterating."""
-        now = self.cursor.now
+        now = self.cursor.snapshot
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "sampler",

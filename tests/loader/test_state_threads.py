@@ -13,7 +13,7 @@ import seekdata
 N, B = 8, 4  # two batches an epoch
 
 
-_FIELDS = {"now", "epoch", "position", "origin", "step", "exhausted", "skips", "ended"}
+_FIELDS = {"snapshot", "epoch", "position", "origin", "step", "exhausted", "skips", "ended"}
 
 
 def test_a_move_landing_in_the_middle_of_state_dict_changes_nothing_it_returns() -> None:

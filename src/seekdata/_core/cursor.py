@@ -20,12 +20,12 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from seekdata._core import state as S
-from seekdata._core.rngkeys import check_counter
+from seekdata._core.checks import check_counter
 
-__all__ = ["Cursor", "Now"]
+__all__ = ["Cursor", "Snapshot"]
 
 
-class Now(NamedTuple):
+class Snapshot(NamedTuple):
     """Where a cursor stands: one immutable value, replaced whole at every move, so a reader on
     another thread (an async checkpoint calling ``state_dict()``) never sees half a move."""
 
@@ -42,38 +42,38 @@ class Cursor:
 
     def __init__(self, end: int) -> None:
         self.end = end  # the position that means "the epoch ended" (the dataset length)
-        self.now = Now()
+        self.snapshot = Snapshot()
         self._explicit = False  # set_epoch/seek since the last begin(): an end is kept
         self._restored: int | None = None  # the epoch a state restored, until set_epoch
 
     # one field each, read from the current value
-    epoch = property(lambda self: self.now.epoch)
-    position = property(lambda self: self.now.position)
-    origin = property(lambda self: self.now.origin)
-    batch = property(lambda self: self.now.batch)
-    exhausted = property(lambda self: self.now.exhausted)
-    skips = property(lambda self: self.now.skips)
+    epoch = property(lambda self: self.snapshot.epoch)
+    position = property(lambda self: self.snapshot.position)
+    origin = property(lambda self: self.snapshot.origin)
+    batch = property(lambda self: self.snapshot.batch)
+    exhausted = property(lambda self: self.snapshot.exhausted)
+    skips = property(lambda self: self.snapshot.skips)
 
     @property
     def ended(self) -> bool:
         """Every position of the epoch is consumed."""
-        return self.now.position >= self.end
+        return self.snapshot.position >= self.end
 
     def next_start(self) -> tuple[int, int]:
         """(epoch, position) the next :meth:`begin` starts from; moves nothing."""
-        now = self.now
+        now = self.snapshot
         if now.position >= self.end and now.exhausted and not self._explicit:
             return now.epoch + 1, 0
         return now.epoch, now.position
 
     def begin(self) -> bool:
         """Apply the epoch-end rules at ``iter()``; True when the epoch rolled over."""
-        now = self.now
+        now = self.snapshot
         rolled = now.position >= self.end and now.exhausted and not self._explicit
         if rolled:
-            self.now = Now(now.epoch + 1, skips=now.skips)
+            self.snapshot = Snapshot(now.epoch + 1, skips=now.skips)
         elif now.exhausted:
-            self.now = now._replace(exhausted=False)
+            self.snapshot = now._replace(exhausted=False)
         self._explicit = False
         return rolled
 
@@ -81,7 +81,7 @@ class Cursor:
         """An iterator starts the plan it made from :meth:`next_start`: apply the epoch-end
         rules (:meth:`begin`), then stand at the plan's first ``position`` and ``batch``."""
         self.begin()
-        self.now = self.now._replace(position=position, batch=batch)
+        self.snapshot = self.snapshot._replace(position=position, batch=batch)
 
     def set_epoch(self, epoch: int, where: str, stacklevel: int = 2) -> bool:
         """Move to (epoch, 0), or keep the position in ``epoch``; True when the epoch changed.
@@ -90,17 +90,17 @@ class Cursor:
         epoch = check_counter(epoch, "epoch", where)
         S.warn_rewind(where, epoch, self._restored, stacklevel=stacklevel + 2)
         self._restored = None
-        changed = epoch != self.now.epoch
+        changed = epoch != self.snapshot.epoch
         if changed:
-            self.now = Now(epoch, skips=self.now.skips)
+            self.snapshot = Snapshot(epoch, skips=self.snapshot.skips)
         self._explicit = True
         return changed
 
     def seek(self, position: int, epoch: int | None = None, batch: int | None = None) -> None:
         """An explicit move to ``position`` of ``epoch`` (the current one by default): the
         partition restarts from the epoch's head; an end stays an end until ``set_epoch``."""
-        now = self.now
-        self.now = now._replace(
+        now = self.snapshot
+        self.snapshot = now._replace(
             epoch=now.epoch if epoch is None else epoch,
             position=position,
             origin=0,
@@ -110,17 +110,17 @@ class Cursor:
 
     def advance(self, position: int, batch: int | None = None) -> None:
         """Samples were handed out: the cursor is now at ``position`` (and ``batch``)."""
-        now = self.now
-        self.now = now._replace(position=position, batch=now.batch if batch is None else batch)
+        now = self.snapshot
+        self.snapshot = now._replace(position=position, batch=now.batch if batch is None else batch)
 
     def finish(self) -> None:
         """The epoch's iterator finished: every position is consumed."""
-        self.now = self.now._replace(position=self.end, exhausted=True)
+        self.snapshot = self.snapshot._replace(position=self.end, exhausted=True)
 
-    def fields(self, now: Now | None = None) -> dict[str, Any]:
+    def fields(self, now: Snapshot | None = None) -> dict[str, Any]:
         """The cursor's part of a state (without the batch, which only loaders save), from one
-        value of the cursor (``now``: the current one)."""
-        now = self.now if now is None else now
+        value of the cursor (``now``: its current :attr:`snapshot`)."""
+        now = self.snapshot if now is None else now
         return {
             S.K_EPOCH: now.epoch,
             S.K_POSITION: now.position,
@@ -131,15 +131,15 @@ class Cursor:
         """Never hand out global steps ``[start, stop)``: merged into :attr:`skips` (sorted,
         disjoint), which the state records."""
         merged: list[list[int]] = []
-        for a, b in sorted([*map(list, self.now.skips), [start, stop]]):
+        for a, b in sorted([*map(list, self.snapshot.skips), [start, stop]]):
             if merged and a <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], b)
             else:
                 merged.append([a, b])
-        self.now = self.now._replace(skips=tuple((a, b) for a, b in merged))
+        self.snapshot = self.snapshot._replace(skips=tuple((a, b) for a, b in merged))
 
-    def origin_field(self, now: Now | None = None) -> int:
-        now = self.now if now is None else now
+    def origin_field(self, now: Snapshot | None = None) -> int:
+        now = self.snapshot if now is None else now
         return now.origin if now.position < self.end else 0
 
     def restore(
@@ -154,7 +154,7 @@ class Cursor:
         """Move to a validated state; a ``set_epoch`` below its epoch will warn."""
         position = min(position, self.end)
         ended = position >= self.end
-        self.now = Now(
+        self.snapshot = Snapshot(
             epoch,
             position,
             min(origin, position) if not ended else 0,
@@ -169,7 +169,7 @@ class Cursor:
         """The same cursor over an epoch of ``end`` positions (a dataset whose length changed,
         between epochs): at the end if this one was, else at the start."""
         new = Cursor(end)
-        now = self.now
-        new.now = Now(now.epoch, end if self.ended else 0, 0, 0, now.exhausted, now.skips)
+        now = self.snapshot
+        new.snapshot = Snapshot(now.epoch, end if self.ended else 0, 0, 0, now.exhausted, now.skips)
         new._explicit = self._explicit
         return new

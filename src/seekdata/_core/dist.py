@@ -18,13 +18,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from seekdata._core.rngkeys import is_int
-
-
-def _as_int(value: Any, name: str, where: str) -> int:
-    if not is_int(value):
-        raise TypeError(f"{where}: {name} must be an int; got {type(value).__name__} {value!r}")
-    return int(value)
+from seekdata._core.checks import check_int, is_int
 
 
 def _env_int(name: str, where: str) -> int | None:
@@ -47,9 +41,9 @@ def pg_initialized() -> bool:
 def world(num_replicas: Any = None, rank: Any = None, *, where: str) -> tuple[int, int]:
     """Resolve ``(world_size, rank)``; validate both."""
     if num_replicas is not None:
-        num_replicas = _as_int(num_replicas, "num_replicas", where)
+        num_replicas = check_int(num_replicas, "num_replicas", where)
     if rank is not None:
-        rank = _as_int(rank, "rank", where)
+        rank = check_int(rank, "rank", where)
     if num_replicas is None:
         if pg_initialized():
             num_replicas = dist.get_world_size()

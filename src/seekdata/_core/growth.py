@@ -34,8 +34,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from seekdata._core import source as _source
+from seekdata._core.checks import check_counter, check_int
 from seekdata._core.orders import Feistel, Order
-from seekdata._core.rngkeys import check_counter, check_int, key_words
+from seekdata._core.rngkeys import key_words
 from seekdata._core.state import StateMismatchError
 
 __all__ = [
@@ -109,10 +111,10 @@ def check_growths(grown: Any, n: int, where: str, dataset: Any = None) -> tuple[
 
 def refuse_unstable(dataset: Any, where: str, label: str = "") -> None:
     """Raise when ``dataset`` declares ``append_stable = False``: why, and what to do instead."""
-    if getattr(dataset, APPEND_STABLE, None) is not False:
+    if _source.append_stable(dataset):
         return
     name = type(dataset).__name__
-    instead = getattr(dataset, "grow_instead", None)
+    instead = _source.grow_instead(dataset)
     raise StateMismatchError(
         f"{where}: {label or 'the dataset'} ({name}) cannot grow: it declares {APPEND_STABLE} "
         f"= False, so after data is appended the items it held would not keep their indices "
@@ -142,11 +144,11 @@ def signature_then(dataset: Any, n: int | None) -> str | None:
     """The ``stream_signature`` ``dataset`` had with its first ``n`` items (None: all of them):
     its ``signature_of_first(n)``, or, without one, its ``stream_signature``; None when it
     has no stream signature."""
-    here = getattr(dataset, "stream_signature", None)
-    if not isinstance(here, str):
+    here = _source.stream_signature(dataset)
+    if here is None:
         return None
-    first = getattr(dataset, "signature_of_first", None)
-    if n is None or not callable(first) or n == len(dataset):
+    first = _source.signature_of_first(dataset)
+    if n is None or first is None or n == len(dataset):
         return here
     return str(first(n))
 
@@ -158,7 +160,7 @@ class _ShardPrefix(NamedTuple):
 def first_items(dataset: Any, size: int, where: str = "DistributedSampler") -> Any:
     """What an order over the first ``size`` items of ``dataset`` reads from it: the dataset
     itself, or for a sharded one the shards that held them (a growth appends whole shards)."""
-    sizes = getattr(dataset, "shard_sizes", None)
+    sizes = _source.shard_sizes(dataset)
     if sizes is None or sum(sizes) == size:
         return dataset
     prefix, total = [], 0

@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from seekdata._core.rngkeys import ORDER, is_int, key_words, mix64_into, mix_keyed
+from seekdata._core import source as _source
+from seekdata._core.checks import ArgumentError, is_int
+from seekdata._core.rngkeys import ORDER, key_words, mix64_into, mix_keyed
 
 __all__ = [
     "ORDERS",
@@ -242,7 +244,7 @@ class Shards:
 
     def __post_init__(self) -> None:
         if not is_int(self.window):
-            raise TypeError(f"Shards: window must be an int; got {type(self.window).__name__}")
+            raise ArgumentError(f"Shards: window must be an int; got {type(self.window).__name__}")
         if self.window < 1:
             raise ValueError(
                 f"Shards: window must be >= 1 shard; got {self.window}; pass 1 or more"
@@ -335,7 +337,7 @@ def make_order(
         return TorchRandperm(n, seed)
     if spec == "sequential":
         return Sequential(n)
-    sizes = getattr(dataset, "shard_sizes", None)
+    sizes = _source.shard_sizes(dataset)
     if sizes is None:
         raise ValueError(
             f"{where}: order='shards' needs a dataset with shard_sizes (samples per shard, e.g. "

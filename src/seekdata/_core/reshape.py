@@ -12,9 +12,11 @@ the values; these decide and word the errors (:class:`~seekdata.StateMismatchErr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeGuard
+from typing import Any
 
 from seekdata._core import partition as P
+from seekdata._core import source as _source
+from seekdata._core.checks import is_state_int
 from seekdata._core.growth import Growth, check_growths, refuse_unstable, signature_then
 from seekdata._core.state import (
     K_BATCH_SIZE,
@@ -67,7 +69,7 @@ def global_batch(
     if not isinstance(state, Mapping):
         return b_here
     old, world = state.get(K_BATCH_SIZE), state.get(K_WORLD_SIZE)
-    if not (_is_int(old) and _is_int(world)) or min(old, world) < 1 or old == b_here:
+    if not (is_state_int(old) and is_state_int(world)) or min(old, world) < 1 or old == b_here:
         return b_here  # a malformed field: the full check names it
     if old * world == b_here * w_here:  # the same global batch: a deliberate, checked change
         if any(drop):  # ... if it cuts epochs alike
@@ -99,7 +101,7 @@ def check_geometry(
     hand out other samples at every later step. ``here``: (W', B'); the state holds (W, B)."""
     old = (state[K_WORLD_SIZE], state[K_BATCH_SIZE])
     position, origin = state.get(K_POSITION), state.get(K_ORIGIN, 0)
-    if not (_is_int(position) and _is_int(origin)):
+    if not (is_state_int(position) and is_state_int(origin)):
         return  # malformed: the full check names it
     mid = 0 < position < n and 0 <= origin <= position
 
@@ -169,7 +171,7 @@ def check_iterable(state: Mapping[str, Any], num_workers: int, world: int, where
         snap = engine["_snapshot"]
         main = snap.get("_main_snapshot") if isinstance(snap, dict) else None
         old = main.get("_num_workers") if isinstance(main, dict) else None
-        if not isinstance(old, int) or "_steps_since_snapshot" not in engine:
+        if not is_state_int(old) or "_steps_since_snapshot" not in engine:
             raise StateMismatchError(
                 f"{where}: state[{K_ENGINE!r}] is an incomplete torchdata worker state (no "
                 f"'_snapshot._main_snapshot._num_workers' or '_steps_since_snapshot'); {fix}"
@@ -203,7 +205,8 @@ _INSPECT = "`seekdata inspect` of a checkpoint saved after the growth prints the
 def _recorded(state: Any, where: str) -> list[list[int]]:
     grown = state.get(K_GROWN, []) if isinstance(state, Mapping) else []
     ok = isinstance(grown, list) and all(
-        isinstance(g, list) and len(g) == 3 and all(_is_int(v) and v >= 0 for v in g) for g in grown
+        isinstance(g, list) and len(g) == 3 and all(is_state_int(v) and v >= 0 for v in g)
+        for g in grown
     )
     if not ok:
         raise StateMismatchError(
@@ -215,7 +218,7 @@ def _recorded(state: Any, where: str) -> list[list[int]]:
 
 def _next_start(state: Mapping[str, Any], n: int) -> tuple[int, int]:
     epoch, position = state.get(K_EPOCH), state.get(K_POSITION)
-    if not (_is_int(epoch) and _is_int(position)):
+    if not (is_state_int(epoch) and is_state_int(position)):
         return (0, 0)  # check_state words the error
     ended = position >= n and bool(state.get(K_EXHAUSTED))
     return (epoch + 1, 0) if ended else (epoch, position)
@@ -242,7 +245,7 @@ def check_grown(
     if len(recorded) == len(ours):
         return n, growths
     nxt = growths[len(recorded)]
-    at = _next_start(state, state.get(K_N) if _is_int(state.get(K_N)) else nxt.length)
+    at = _next_start(state, state.get(K_N) if is_state_int(state.get(K_N)) else nxt.length)
     if any(g.epoch != at[0] for g in growths[len(recorded) :]) or at[1] > nxt.position:
         when = "after" if at > (nxt.epoch, nxt.position) else "before the epoch of"
         raise StateMismatchError(
@@ -263,14 +266,14 @@ def growth_at(
     nothing. Whether its old items are still the checkpoint's is :func:`check_stream`'s."""
     recorded = _recorded(state, where)
     old = state.get(K_N) if isinstance(state, Mapping) else None
-    if not _is_int(old) or old < 1:
+    if not is_state_int(old) or old < 1:
         raise StateMismatchError(
             f"{where}: grow=True reads the dataset's old length from state[{K_N!r}]; got "
             f"{old!r}; pass an unmodified state_dict() of a seekable loader or sampler"
         )
     refuse_unstable(dataset, where)  # first: whatever its length, it cannot grow so
     if old >= n:
-        raise ValueError(
+        raise StateMismatchError(
             f"{where}: grow=True declares that the dataset grew since the checkpoint; it had "
             f"{old} items then and has {n} now; pass grow=False (a dataset that lost items is "
             f"another dataset)"
@@ -292,11 +295,8 @@ def stream_records(dataset: Any, epoch: int, position: int) -> dict[str, Any]:
     signature = signature_then(dataset, None)
     if signature is not None:
         out[K_DATASET] = signature
-    records = getattr(dataset, "_stream_records", None)
-    if callable(records):
-        out.update(records(epoch, position))
-    sources = getattr(dataset, "source_signatures", None)
-    signed = sources() if callable(sources) else []
+    out.update(_source.stream_records(dataset, epoch, position))
+    signed = _source.source_signatures(dataset)
     if signed:
         out[K_SOURCES] = signed
     return out
@@ -313,8 +313,7 @@ def check_stream(
     if state.get(K_KIND) == "sampler" and K_DATASET not in state and K_PREFIX not in state:
         return
     _check_sources(state, dataset, where, strict)
-    records = getattr(dataset, "_stream_records", None)
-    here = records(state[K_EPOCH], state[K_POSITION], True) if callable(records) else {}
+    here = _source.stream_records(dataset, state[K_EPOCH], state[K_POSITION], always=True)
     if here:  # a mixture: a state that agrees on the stream consumed is accepted
         check_mixture(state, signature_then(dataset, None), here[K_PREFIX],
                       here.get(K_HISTORY, []), type(dataset), where, strict)  # fmt: skip
@@ -336,17 +335,16 @@ def _check_sources(state: Mapping[str, Any], dataset: Any, where: str, strict: b
     removed since (``Mixture.gone``) or absent is not read, so not checked; a state without the
     record (an older release, or no source with a stream) is not checked."""
     recorded = state.get(K_SOURCES)
-    find = getattr(dataset, "source_with_id", None)
-    if not recorded or not callable(find):
+    if not recorded or not _source.finds_sources(dataset):
         return
     for entry in recorded:
-        if not (isinstance(entry, list) and len(entry) == 3 and _is_int(entry[0])
-                and _is_int(entry[1]) and isinstance(entry[2], str)):  # fmt: skip
+        if not (isinstance(entry, list) and len(entry) == 3 and is_state_int(entry[0])
+                and is_state_int(entry[1]) and isinstance(entry[2], str)):  # fmt: skip
             raise StateMismatchError(
                 f"{where}: each of state[{K_SOURCES!r}] must be [source id, length, "
                 f"signature]; got {entry!r}; pass an unmodified state_dict()"
             )
-        found = find(entry[0])
+        found = _source.source_with_id(dataset, entry[0])
         if found is None:
             continue
         label, source = found
@@ -363,10 +361,6 @@ def _check_sources(state: Mapping[str, Any], dataset: Any, where: str, strict: b
                 f"(sort a glob), or strict=False to continue over this data from the cursor"
             )
         warn_caller(f"{where}: {problem}; continuing (strict=False) over this data")
-
-
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _ranks(world: int) -> str:
@@ -419,11 +413,11 @@ def check_mixture(
 
 def _before(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     at_a, at_b = a.get("at"), b.get("at")
-    return _is_int(at_a) and _is_int(at_b) and at_a < at_b
+    return is_state_int(at_a) and is_state_int(at_b) and at_a < at_b
 
 
 def _num(value: Any, sep: str = ",") -> str:
-    return f"{value:,}".replace(",", sep) if _is_int(value) else repr(value)
+    return f"{value:,}".replace(",", sep) if is_state_int(value) else repr(value)
 
 
 def describe_change(record: Mapping[str, Any]) -> str:

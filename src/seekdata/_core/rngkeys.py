@@ -10,9 +10,11 @@ import functools
 import struct
 import zlib
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import numpy as np
+
+from seekdata._core.checks import check_counter
 
 #: Domain tag of epoch orders: keys are ``(seed, ORDER, epoch)``.
 ORDER = 0x4F524452  # "ORDR"
@@ -29,47 +31,6 @@ READ = 0x52454144  # "READ"
 
 _U64 = np.uint64
 _M64 = (1 << 64) - 1
-
-
-def check_counter(value: Any, name: str, where: str) -> int:
-    """Return ``value`` as a non-negative Python int or raise a STYLE-formula error."""
-    if not is_int(value):
-        raise TypeError(
-            f"{where}: {name} must be a non-negative int; got {type(value).__name__} "
-            f"{value!r}; pass an int such as {name}=0"
-        )
-    value = int(value)
-    if value < 0:
-        raise ValueError(
-            f"{where}: {name} must be a non-negative int; got {value}; "
-            f"pass {name} >= 0 (counters are hashed, so large values are fine)"
-        )
-    return value
-
-
-def is_int(value: Any) -> TypeGuard[int | np.integer[Any]]:
-    """An int or a numpy integer, never a bool: the one rule for an integer argument."""
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-class ArgumentError(TypeError, ValueError):
-    """A bad argument: a ``TypeError`` for the wrong type that is also the ``ValueError``
-    torch's ``DataLoader`` raises for the same argument, so either ``except`` catches it."""
-
-
-def check_int(value: Any, name: str, where: str, low: int | None = None) -> int:
-    """Return ``value`` (an int or numpy integer, never a bool) as a Python int, at least
-    ``low`` when given, or raise a STYLE-formula error."""
-    what = "an int" if low is None else "a positive int" if low == 1 else f"an int >= {low}"
-    if not is_int(value):
-        raise ArgumentError(
-            f"{where}: {name} must be {what}; got {type(value).__name__} {value!r}; pass an "
-            f"int such as {name}={max(low or 0, 1)}"
-        )
-    value = int(value)
-    if low is not None and value < low:
-        raise ValueError(f"{where}: {name} must be {what}; got {value}; pass {name} >= {low}")
-    return value
 
 
 def check_tuple(seed: Any, counters: tuple[Any, ...], where: str) -> tuple[int, tuple[int, ...]]:

@@ -11,6 +11,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from seekdata._core import source as _source
+from seekdata._core.checks import is_state_int
+
 __all__ = [
     "KINDS",
     "VERSION",
@@ -203,7 +206,7 @@ def check_state(
             f"returned"
         )
     version = state[K_VERSION]
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    if not is_state_int(version) or version < 1:
         raise StateMismatchError(f"{where}: state version must be a positive int; got {version!r}")
     if version > VERSION:
         raise StateMismatchError(
@@ -297,7 +300,7 @@ def check_dataset(
     else:
         problem = f"{K_DATASET} is {old!r} in the checkpoint but {here!r} here{detail}"
     if strict:
-        mixture = hasattr(dataset, "_stream_records") or str(old).startswith("Mixture(")
+        mixture = _source.has_stream_records(dataset) or str(old).startswith("Mixture(")
         same = _SAME[mixture]  # a Mixture's: the same sources and weights
         raise StateMismatchError(f"{where}: {problem}; {_FIX[K_DATASET].format(same=same)}")
     warn_caller(f"{where}: {problem}; continuing (strict=False): {_CONTINUES[K_DATASET]}")
@@ -343,7 +346,7 @@ def check_one_seed(state: Any, where: str) -> None:
     if not isinstance(state, Mapping) or state.get(K_KIND) != "loader":
         return  # the full check names what is wrong with it
     seed, sample = state.get(K_SEED), state.get(K_SAMPLE_SEED)
-    valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (seed, sample))
+    valid = all(is_state_int(v) and v >= 0 for v in (seed, sample))
     if valid and seed != sample:
         raise StateMismatchError(
             f"{where}: state[{K_SAMPLE_SEED!r}] is {sample} but state[{K_SEED!r}] is {seed}, "
@@ -368,7 +371,7 @@ def _check_skips(skips: list[Any], where: str) -> None:
     last = -1
     for pair in skips:
         ok = isinstance(pair, list) and len(pair) == 2
-        ok = ok and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+        ok = ok and all(is_state_int(v) for v in pair)
         if not ok or not last < pair[0] < pair[1]:
             raise StateMismatchError(
                 f"{where}: state[{K_SKIPS!r}] must be sorted, disjoint [start, stop) pairs of "

@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 
 from seekdata._core import dist as _dist
+from seekdata._core.checks import check_counter
 from seekdata._core.globalrng import seed_globals
-from seekdata._core.rngkeys import check_counter, key_words
+from seekdata._core.rngkeys import key_words
 
 __all__ = ["base_torch_seed", "set_step_rng"]
 

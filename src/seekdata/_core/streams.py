@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from seekdata._core import globalrng as _globalrng
+from seekdata._core.checks import check_counter
 from seekdata._core.globalrng import seed_globals
 from seekdata._core.rngkeys import (
     BATCH,
@@ -25,7 +26,6 @@ from seekdata._core.rngkeys import (
     STEP,
     batch_counters,
     batch_seeds,
-    check_counter,
     check_tuple,
     derive_key,
     global_seeds,

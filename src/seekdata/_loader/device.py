@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from seekdata._core.rngkeys import is_int
+from seekdata._core.checks import ArgumentError, is_int
 
 __all__ = ["CudaStreams", "DevicePrefetch", "Lookahead", "move", "prefetch_option"]
 
@@ -37,7 +37,7 @@ _FIX = "pass e.g. device='cuda' (or torch.device('cuda', local_rank)), 'cpu', or
 def prefetch_option(device: Any, depth: Any, where: str) -> DevicePrefetch | None:
     """The checked ``device=`` / ``device_prefetch=`` pair: None when ``device`` is None."""
     if not is_int(depth):
-        raise TypeError(
+        raise ArgumentError(
             f"{where}: device_prefetch must be an int >= 1 (batches moved ahead of the one "
             f"handed out); got {type(depth).__name__} {depth!r}; pass e.g. device_prefetch=1"
         )

@@ -28,6 +28,7 @@ from torch._utils import ExceptionWrapper
 
 from seekdata._core import globalrng as _globalrng
 from seekdata._core import sample as _sample
+from seekdata._core import source as _source
 from seekdata._core import streams as rng
 from seekdata._core.rngkeys import batch_counters, seed_columns
 from seekdata._core.sample import AT, FRESH, IN_BATCH, IN_READ, INDEX, INDICES, ITER
@@ -118,6 +119,10 @@ class KeyedDataset(torch.utils.data.Dataset):
         self.reseed = _globalrng.reseed_set(reseed_global_rng, "KeyedDataset")
         self.reseed_global_rng = bool(self.reseed)
         self.batched = batched_fetch and batched_read(dataset)  # one __getitems__ per batch
+        # e.g. a Mixture: it reseeds every generator from its sample's own key before the
+        # source runs, so reseeding from the position's key first is unobservable (read once:
+        # a declaration of the source protocol)
+        self.reseeds_itself = _source.reseeds_global_rng_itself(dataset)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -199,9 +204,7 @@ class KeyedDataset(torch.utils.data.Dataset):
     def _fetch(self, planned: PlannedBatch) -> _Fetched:
         reseed = self.reseed
         saved = self._callers(reseed) if reseed else None  # restored in Collate
-        if reseed and getattr(self.dataset, "reseeds_global_rng_itself", False):
-            # e.g. a Mixture: it reseeds every generator from its sample's own key before the
-            # source runs, so reseeding from the position's key first is unobservable
+        if reseed and self.reseeds_itself:
             reseed = ()
         indices = planned.indices
         getitem = self.dataset.__getitem__

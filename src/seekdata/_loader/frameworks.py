@@ -76,7 +76,7 @@ def accelerate_prepares(loader: Any, frame: types.FrameType | None) -> bool:
             f"// num_processes instead)"
         )
     try:
-        loader.shard(owner.num_processes, owner.process_index)
+        loader.assign_rank(owner.num_processes, owner.process_index)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
     placement = frame.f_locals.get("device_placement")

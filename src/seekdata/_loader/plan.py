@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from seekdata._core import partition as P
-from seekdata._core.cursor import Now
+from seekdata._core.cursor import Snapshot
 from seekdata._core.growth import GrownOrder, pad_origin
 
 __all__ = [
@@ -77,7 +77,7 @@ class Plan(NamedTuple):
 
     at: tuple[int, int]  # the cursor's (epoch, position) of the next iter(): the plan's source
     epoch: int
-    start: int  # seekable: global position of the first batch; replay: batches before it
+    start_position: int  # seekable: the global sample position of the first batch (replay: 0)
     origin: int  # where the partition began: padding repeats from here
     batch0: int  # the first batch's number in the epoch (on this rank)
     span: int  # batches from batch0 to the epoch's end, skipped ones included
@@ -86,7 +86,10 @@ class Plan(NamedTuple):
     geo: Geometry | None = None
     batch_size: int = 1
     drop_last: bool = False  # the batches' (the sampler's is in geo)
-    local: int = 0  # positions this rank takes from start to the epoch's end
+    local: int = 0  # positions this rank takes from start_position to the epoch's end
+    # replay plans: the replay cursor's count where the plan starts (batches consumed in the
+    # epoch; its end marker when the epoch ended), which is what that cursor calls a position
+    start_batches: int = 0
 
     @property
     def num_batches(self) -> int:
@@ -95,7 +98,7 @@ class Plan(NamedTuple):
 
 
 def plan_seekable(
-    geo: Geometry, at: tuple[int, int], now: Now, batch_size: int, drop_last: bool
+    geo: Geometry, at: tuple[int, int], now: Snapshot, batch_size: int, drop_last: bool
 ) -> Plan:
     """The plan of the epoch the next iter() runs: ``at`` is the cursor's ``next_start()`` (its
     epoch-end rules), ``now`` its value. Skipped global steps become in-epoch holes; a cursor in
@@ -136,7 +139,7 @@ def _run(plan: Plan, batch0: int, limit: int) -> Iterator[PlannedBatch]:
     """At most ``limit`` batches of ``plan``, numbered from ``batch0``."""
     geo, b = plan.geo, plan.batch_size
     assert geo is not None  # a seekable plan
-    start, local = plan.start, plan.local
+    start, local = plan.start_position, plan.local
     if batch0 != plan.batch0:  # after a hole
         start = geo.position_after(start, (batch0 - plan.batch0) * b)
         local = geo.local_len(start)
@@ -167,4 +170,4 @@ def seekable_after(plan: Plan, k: int) -> tuple[int, int]:
         return geo.n, batch
     consumed = (batch - plan.batch0) * plan.batch_size
     # P.position_after with the plan's local length known
-    return (geo.n if consumed >= plan.local else plan.start + consumed * geo.world), batch
+    return (geo.n if consumed >= plan.local else plan.start_position + consumed * geo.world), batch

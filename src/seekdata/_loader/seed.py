@@ -18,6 +18,7 @@ import torch
 from seekdata._core import dist as _dist
 from seekdata._core import state as S
 from seekdata._core import streams as rng
+from seekdata._core.checks import is_state_int
 from seekdata._core.steprng import base_torch_seed
 
 _SEED_TAG = 0x53454544  # "SEED": key of the default seed derived from torch's seed
@@ -46,6 +47,6 @@ def seed_to_adopt(state: Any, current: int, *, explicit: bool, owns_sampler: boo
     if sampler_state and not owns_sampler:
         return current  # a sampler state keys the user's sampler's order, not our samples
     value = state.get(S.K_SEED if sampler_state else S.K_SAMPLE_SEED)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_state_int(value) or value < 0:
         return current
     return value

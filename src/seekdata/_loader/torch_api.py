@@ -11,6 +11,8 @@ from typing import Any
 
 import torch.utils.data
 
+from seekdata._core.checks import ArgumentError, is_bool
+
 # torch's DataLoader.__setattr__ refuses these after construction: they define the stream
 FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
 # torch reads these at every iter(), so assigning them takes effect at the next iter(): the
@@ -101,8 +103,8 @@ def check_torch_args(
             f"{where}: batch_size=None option disables auto-batching and is mutually exclusive "
             f"with drop_last; pass drop_last=False, or a batch_size"
         )
-    if batch_sampler is None and batch_size is not None and not isinstance(drop_last, bool):
-        raise ValueError(  # torch's BatchSampler raises ValueError here
+    if batch_sampler is None and batch_size is not None and not is_bool(drop_last):
+        raise ArgumentError(  # torch's BatchSampler raises ValueError here: so does this
             f"{where}: drop_last should be a boolean value; got {drop_last!r}"
         )
     return prefetch_factor

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import torch
 
 from seekdata._core import dist as _dist
-from seekdata._core.rngkeys import check_counter
+from seekdata._core.checks import check_counter
 from seekdata.checkpoint.files import (
     CheckpointCorruptError,
     is_corrupt,

@@ -17,7 +17,7 @@ from typing import Any
 
 import lightning
 
-from seekdata._core.rngkeys import check_counter
+from seekdata._core.checks import check_counter
 from seekdata._core.steprng import set_step_rng
 
 __all__ = ["StepRNGCallback"]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seekdata._core.rngkeys import is_int
+from seekdata._core.checks import check_int
 
 LAYOUTS = ("CHW", "HWC")
 
@@ -57,14 +57,7 @@ def check_nonnegative(value: Any, name: str, where: str) -> float:
 
 
 def check_positive_int(value: Any, name: str, where: str) -> int:
-    if not is_int(value):
-        raise TypeError(
-            f"{where}: {name} must be a positive int; got {type(value).__name__} {value!r}; "
-            f"pass e.g. {name}=32"
-        )
-    if value <= 0:
-        raise ValueError(f"{where}: {name} must be a positive int; got {value}; pass {name} >= 1")
-    return int(value)
+    return check_int(value, name, where, 1, fix=f"pass e.g. {name}=32")
 
 
 def check_size(size: Any, name: str, where: str) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from seekdata._core.rngkeys import is_int
+from seekdata._core.checks import ArgumentError, is_int
 from seekdata.transforms._arrays import (
     as_tensor,
     check_array,
@@ -73,7 +73,7 @@ class RandomCrop:
             or len(padding) != 2
             or not all(is_int(v) for v in padding)
         ):
-            raise TypeError(
+            raise ArgumentError(
                 f"{where}: padding must be an int or a pair of ints; got {padding!r}; "
                 "pass e.g. padding=4"
             )
@@ -235,7 +235,7 @@ class RandomRotation90:
         where = "RandomRotation90"
         self.p = check_probability(p, "p", where)
         if not isinstance(k, Sequence) or len(k) == 0 or not all(is_int(v) for v in k):
-            raise TypeError(
+            raise ArgumentError(
                 f"{where}: k must be a non-empty list of ints in 0..3; got {k!r}; "
                 "pass e.g. k=(1, 3)"
             )

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seekdata._core.rngkeys import is_int
+from seekdata._core.checks import ArgumentError, is_int
 from seekdata.transforms._arrays import (
     check_array,
     check_interval,
@@ -148,21 +148,21 @@ class TokenMask:
         where = "TokenMask"
         self.p = check_probability(p, "p", where)
         if not is_int(mask_token):
-            raise TypeError(
+            raise ArgumentError(
                 f"{where}: mask_token must be an int token id; got {type(mask_token).__name__} "
                 f"{mask_token!r}; pass your tokenizer's mask id, e.g. mask_token=103"
             )
         self.mask_token = int(mask_token)
         keep = tuple(keep)
         if not all(is_int(t) for t in keep):
-            raise TypeError(f"{where}: keep must hold int token ids; got {keep!r}")
+            raise ArgumentError(f"{where}: keep must hold int token ids; got {keep!r}")
         self.keep = tuple(int(t) for t in keep)
 
     def __call__(self, x: Any, rng: np.random.Generator) -> Any:
         where = "TokenMask"
         check_array(x, where)
         if not is_integer(x):
-            raise TypeError(
+            raise ArgumentError(
                 f"{where}: needs integer token ids; got dtype {x.dtype}; pass the token id "
                 "sequence (e.g. torch.long) before embedding"
             )

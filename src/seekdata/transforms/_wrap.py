@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
+from seekdata._core import source as _source
 from seekdata._core.globalrng import capture as capture_globals
 from seekdata._core.globalrng import restore as restore_globals
 from seekdata._core.globalrng import seed_globals
@@ -50,7 +51,7 @@ class TransformedDataset(Dataset):
     @property
     def shard_sizes(self) -> Any:
         """The wrapped dataset's shard layout, so ``order="shards"`` works through the wrapper."""
-        sizes = getattr(self.dataset, "shard_sizes", None)
+        sizes = _source.shard_sizes(self.dataset)
         if sizes is None:
             raise AttributeError(f"{type(self.dataset).__name__} has no shard_sizes")
         return sizes

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import torch.utils.data
 
 from seekdata._core.cursor import Cursor
+from seekdata._loader.config import LoaderConfig
 from seekdata._loader.device import DevicePrefetch
 from seekdata._loader.engines.iterable import IterableEngine
 from seekdata._loader.engines.replay import ReplayEngine
@@ -54,7 +55,7 @@ class Engine(Protocol):
         """A torch attribute read at every ``iter()`` was assigned (``num_workers``, ...)."""
         ...
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def become_rank(self, num_replicas: int, rank: int) -> None:
         """Become rank ``rank`` of ``num_replicas``; the cursor is global: it stays."""
         ...
 
@@ -78,83 +79,35 @@ class Engine(Protocol):
         ...
 
 
-def build(
-    dataset: Any,
-    *,
-    seed: int,
-    seed_explicit: bool,
-    sampler: Any,
-    batch_sampler: Any,
-    owns_sampler: bool,
-    shuffle: bool | None,
-    batch_size: int | None,
-    drop_last: bool,
-    collate_fn: Callable[[list[Any]], Any] | None,
-    batch_transform: Callable[..., Any] | None,
-    worker_init_fn: Callable[[int], None] | None,
-    reseed: tuple[str, ...],
-    reseed_global_rng: bool | tuple[str, ...],
-    step_rng: bool,
-    batched_fetch: bool,
-    snapshot_every_n_steps: int | None,
-    grown: Any,
-    options: dict[str, Any],
-    where: str,
-) -> tuple[Engine, Callable[[list[Any]], Any]]:
+def build(dataset: Any, config: LoaderConfig) -> tuple[Engine, Callable[[list[Any]], Any]]:
     """The one engine of a loader, with the collate function it uses: the iterable path for an
     ``IterableDataset``, the seekable path for a seekdata sampler (the loader's own by default),
-    the replay path for any other sampler or batch sampler. ``options``: torch's DataLoader
-    arguments every engine passes on unchanged."""
-    if grown is not None and not (owns_sampler and sampler is None):
-        raise ValueError(
-            f"{where}: grown= declares the growths of the loader's own sampler; got it with "
-            f"{'a sampler' if sampler is not None else 'a batch_sampler or IterableDataset'}; "
-            f"pass grown= to seekdata.DistributedSampler(dataset, ..., grown=...) instead"
-        )
+    the replay path for any other sampler or batch sampler."""
+    where = "StatefulDataLoader"
     if isinstance(dataset, torch.utils.data.IterableDataset):
-        if isinstance(dataset, torch.utils.data.IterDataPipe) and shuffle is not None:
-            torch.utils.data.graph_settings.apply_shuffle_settings(dataset, shuffle=shuffle)
-        torchdata_options = dict(
-            batch_size=batch_size,
-            collate_fn=collate_fn,
-            drop_last=drop_last,
-            worker_init_fn=worker_init_fn,
-            snapshot_every_n_steps=snapshot_every_n_steps or 1,
-            **options,
-        )
-        engine = IterableEngine(
-            dataset, seed, torchdata_options, seed_explicit=seed_explicit, reseed=reseed,
-            step_rng=step_rng,
-        )  # fmt: skip
-        return engine, collate_fn or torch.utils.data.default_collate
+        if isinstance(dataset, torch.utils.data.IterDataPipe) and config.shuffle is not None:
+            torch.utils.data.graph_settings.apply_shuffle_settings(dataset, shuffle=config.shuffle)
+        return IterableEngine(
+            dataset, config
+        ), config.collate_fn or torch.utils.data.default_collate
     n = dataset_length(dataset, where)
-    if owns_sampler and sampler is None:
-        sampler = DistributedSampler(dataset, 1, 0, shuffle=bool(shuffle), seed=seed, grown=grown)
-    if collate_fn is None:
-        batching = batch_size is not None or batch_sampler is not None
-        collate_fn = (
-            torch.utils.data.default_collate if batching else torch.utils.data.default_convert
+    sampler = config.sampler
+    if config.owns_sampler and sampler is None:
+        sampler = DistributedSampler(
+            dataset, 1, 0, shuffle=bool(config.shuffle), seed=config.seed, grown=config.grown
         )
-    common = dict(
-        seed=seed,
-        seed_explicit=seed_explicit,
-        owns_sampler=owns_sampler,
-        reseed=reseed_global_rng,
-        batch_size=batch_size,
-        drop_last=drop_last,
-        per_sample=batch_size is None and batch_sampler is None,
-        collate_fn=collate_fn,
-        batch_transform=batch_transform,
-        worker_init_fn=worker_init_fn,
-        options=options,
-        step_rng=step_rng,
-        batched_fetch=batched_fetch,
+    collate_fn: Callable[[list[Any]], Any] = (
+        config.collate_fn
+        if config.collate_fn is not None
+        else torch.utils.data.default_convert
+        if config.per_sample
+        else torch.utils.data.default_collate
     )
-    if isinstance(sampler, DistributedSampler) and batch_sampler is None:
+    if isinstance(sampler, DistributedSampler) and config.batch_sampler is None:
         if sampler.n != n:
             raise ValueError(
                 f"{where}: the sampler must cover the dataset; it covers {sampler.n} "
                 f"samples but len(dataset) is {n}; build the sampler on this dataset"
             )
-        return SeekableEngine(sampler, dataset, **common), collate_fn
-    return ReplayEngine(sampler, batch_sampler, n, dataset, **common), collate_fn
+        return SeekableEngine(sampler, dataset, config, collate_fn), collate_fn
+    return ReplayEngine(sampler, n, dataset, config, collate_fn), collate_fn

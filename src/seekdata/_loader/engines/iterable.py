@@ -27,6 +27,7 @@ from seekdata._core.cursor import Cursor
 from seekdata._core.rngkeys import step_seed
 from seekdata._core.steprng import set_step_rng
 from seekdata._loader import workers as preemption
+from seekdata._loader.config import LoaderConfig
 from seekdata._loader.device import DevicePrefetch
 from seekdata._loader.seed import seed_to_adopt
 
@@ -76,32 +77,25 @@ class IterableEngine:
     sampler = None  # torch's attributes for an IterableDataset
     batch_sampler = None
 
-    def __init__(
-        self,
-        dataset: Any,
-        seed: int,
-        kwargs: dict[str, Any],
-        *,
-        seed_explicit: bool = True,
-        reseed: tuple[str, ...] = _globalrng.GENERATORS,
-        step_rng: bool = True,
-    ) -> None:
+    def __init__(self, dataset: Any, config: LoaderConfig) -> None:
         from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
-        self.seed = seed
-        self.seed_explicit = seed_explicit  # else a checkpoint's seed is adopted at load
+        self.config = config
+        self.seed = seed = config.seed  # a checkpoint's replaces it (seed=None)
         self.dataset = dataset
-        self.batch_size = kwargs.get("batch_size")
-        self.drop_last = bool(kwargs.get("drop_last", False))
-        self.num_workers = int(kwargs.get("num_workers", 0))
-        self.reseed = reseed
-        self.seeder = WorkerSeeder(
-            seed, _dist.rank_or_zero(), kwargs.pop("worker_init_fn", None), reseed
+        self.num_workers = int(config.options["num_workers"])  # loader.num_workers = sets it
+        kwargs = dict(  # torchdata's loader takes torch's arguments
+            batch_size=config.batch_size,
+            collate_fn=config.collate_fn,
+            drop_last=config.drop_last,
+            snapshot_every_n_steps=config.snapshot_every_n_steps or 1,
+            **config.options,
         )
+        self.seeder = WorkerSeeder(seed, _dist.rank_or_zero(), config.worker_init_fn, config.reseed)
         # the stream's end is torchdata's to find: only the epoch and its end flags live here
         self.cursor = Cursor(0)
         self._generation = 0  # bumped by iter() and load_state_dict: older iterators are stale
-        self.step_rng = step_rng  # key the caller's global RNG by each batch's number
+        self.step_rng = config.step_rng  # key the caller's global RNG by each batch's number
         self.batch = 0  # batches of the current epoch handed out (the step RNG's counter)
         self.lookahead: DevicePrefetch | None = None  # device=: set by the loader
         self.place: Callable[[Any], Any] | None = None  # batch -> device (loader.place)
@@ -130,11 +124,11 @@ class IterableEngine:
     def full_len(self) -> int:
         return len(self.engine)
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def become_rank(self, num_replicas: int, rank: int) -> None:
         if (num_replicas, rank) != (1, 0):
             raise ValueError(
-                f"StatefulDataLoader.shard: an IterableDataset shards its stream itself (each "
-                f"rank's is its own), so seekdata cannot shard it across {num_replicas} "
+                f"StatefulDataLoader.assign_rank: an IterableDataset shards its stream itself "
+                f"(each rank's is its own), so seekdata cannot shard it across {num_replicas} "
                 f"processes; got an IterableDataset; shard it in the dataset (by rank), or use "
                 f"a map-style dataset"
             )
@@ -148,7 +142,7 @@ class IterableEngine:
         setattr(self.engine, name, value)
 
     def _capture(self) -> tuple[Any, Any, Any]:
-        saved = _globalrng.save(self.reseed)
+        saved = _globalrng.save(self.config.reseed)
         _globalrng.restore(saved)  # saving may leave a generator moved; capturing must not
         return saved
 
@@ -158,7 +152,7 @@ class IterableEngine:
         so a dataset that saves global RNG in its state saves its own), so the caller's RNG is
         untouched and a resume replays the same draws. Only for the generators
         ``reseed_global_rng`` names: the others the dataset shares with the caller."""
-        if self.num_workers or not self.reseed:
+        if self.num_workers or not self.config.reseed:
             return None
         saved = self._capture()
         self.seeder.seed_globals(0)
@@ -252,12 +246,12 @@ class IterableEngine:
     def fields(self, seed: int | None = None) -> dict[str, Any]:
         return {
             S.K_SAMPLE_SEED: self.seed if seed is None else seed,
-            S.K_BATCH_SIZE: self.batch_size or 1,
-            S.K_BATCH_DROP_LAST: self.drop_last,
+            S.K_BATCH_SIZE: self.config.batch_size or 1,
+            S.K_BATCH_DROP_LAST: self.config.drop_last,
         }
 
     def state_dict(self) -> dict[str, Any]:
-        now = self.cursor.now  # one value of the cursor (state_dict from another thread)
+        now = self.cursor.snapshot  # one value of the cursor (state_dict from another thread)
         if self._held is not None:  # device=: torchdata pulled ahead of what was handed out
             engine = copy.deepcopy(self._held)
         else:
@@ -286,7 +280,9 @@ class IterableEngine:
                 f"stream is its own; declare the growth in the dataset (e.g. a Mixture source: "
                 f"Mixture.changed(..., grown=...))"
             )
-        seed = seed_to_adopt(state, self.seed, explicit=self.seed_explicit, owns_sampler=False)
+        seed = seed_to_adopt(
+            state, self.seed, explicit=self.config.seed_explicit, owns_sampler=False
+        )
         expected = {S.K_KIND: "iterable", **self.fields(seed)}
         S.check_state(state, expected, where=where, strict=strict)
         _statecheck.check_iterable(state, self.num_workers, _dist.world_size_or_one(), where)

@@ -10,7 +10,7 @@ skips that many batches of *indices*, O(k), never data, and warns once per loade
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch.utils.data
@@ -18,21 +18,31 @@ import torch.utils.data
 from seekdata._core import dist as _dist
 from seekdata._core import reshape as _statecheck
 from seekdata._core import state as S
-from seekdata._core.cursor import Cursor, Now
-from seekdata._loader.engines.keyed import WHERE, KeyedEngine
+from seekdata._core.cursor import Cursor, Snapshot
+from seekdata._loader.config import LoaderConfig
+from seekdata._loader.engines.mapstyle import WHERE, MapEngine
 from seekdata._loader.plan import Plan, PlannedBatch
 
 #: The replay cursor's end: past any count of batches, reached only when the iterator finishes.
 _ENDED = 2**63 - 1
 
 
-class ReplayEngine(KeyedEngine):
+class ReplayEngine(MapEngine):
     """Batches from any sampler or batch sampler, counted by the cursor."""
 
     def __init__(
-        self, sampler: Any, batch_sampler: Any, n: int, dataset: Any, **kwargs: Any
+        self,
+        sampler: Any,
+        n: int,
+        dataset: Any,
+        config: LoaderConfig,
+        collate_fn: Callable[[list[Any]], Any],
     ) -> None:
-        batch_size, drop_last = kwargs["batch_size"], kwargs["drop_last"]
+        batch_sampler, batch_size, drop_last = (
+            config.batch_sampler,
+            config.batch_size,
+            config.drop_last,
+        )
         if batch_sampler is not None:
             if sampler is not None or batch_size not in (None, 1) or drop_last:
                 raise ValueError(
@@ -46,7 +56,7 @@ class ReplayEngine(KeyedEngine):
             self.batches_of = sampler
         else:
             self.batches_of = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
-        super().__init__(dataset, **kwargs)
+        super().__init__(dataset, config, collate_fn)
         self.sampler = sampler
         # the user's batch sampler, or the torch BatchSampler over the user's sampler
         self.batch_sampler = (
@@ -77,7 +87,7 @@ class ReplayEngine(KeyedEngine):
                 return int(obj.rank)  # type: ignore[union-attr]
         return _dist.rank_or_zero()
 
-    # --- planning: values from the cursor; moves only in commit and consumed ---------------------
+    # --- planning: values from the cursor; moves only in commit and advance_past -----------------
 
     def plan(self) -> Plan:
         at = self.cursor.next_start()
@@ -87,12 +97,12 @@ class ReplayEngine(KeyedEngine):
         batch0 = 0 if rolled or ended else self.cursor.batch
         total = self._total() or 0
         span = 0 if ended else max(total - batch0, 0)
-        return Plan(at, epoch, position, 0, batch0, span)
+        return Plan(at, epoch, 0, 0, batch0, span, start_batches=position)
 
     def batches(self, plan: Plan) -> Iterator[PlannedBatch]:
         if plan.epoch != self.cursor.epoch:  # the next epoch: the user's sampler learns it first
             self._forward_epoch(plan.epoch)
-        if plan.start >= _ENDED:
+        if plan.start_batches >= _ENDED:
             return
         done, epoch = plan.batch0, plan.epoch
         it = iter(self.batches_of)
@@ -125,9 +135,9 @@ class ReplayEngine(KeyedEngine):
         self.cursor.seek(batch, epoch, batch)
 
     def commit(self, plan: Plan) -> None:
-        self.cursor.enter(plan.start, plan.batch0)  # the plan was made from next_start()
+        self.cursor.enter(plan.start_batches, plan.batch0)  # the plan was made from next_start()
 
-    def consumed(self, plan: Plan, k: int, end: bool = False) -> int:
+    def advance_past(self, plan: Plan, k: int, end: bool = False) -> int:
         done = plan.batch0 + k
         if end:
             self.cursor.advance(done, done)
@@ -136,7 +146,7 @@ class ReplayEngine(KeyedEngine):
         self.cursor.advance(done, done)
         return done - 1  # the number of the batch handed out
 
-    def cursor_fields(self, now: Now) -> dict[str, Any]:
+    def cursor_fields(self, now: Snapshot) -> dict[str, Any]:
         fields = self.cursor.fields(now)
         if now.position >= self.cursor.end:  # an ended epoch is recorded as n, as before
             fields[S.K_POSITION] = self.n

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch.utils.data
@@ -12,9 +12,10 @@ import torch.utils.data
 from seekdata._core import partition as P
 from seekdata._core import reshape as _statecheck
 from seekdata._core import state as S
-from seekdata._core.rngkeys import check_int
+from seekdata._core.checks import check_int
 from seekdata._loader import frameworks as _frameworks
-from seekdata._loader.engines.keyed import WHERE, KeyedEngine
+from seekdata._loader.config import LoaderConfig
+from seekdata._loader.engines.mapstyle import WHERE, MapEngine
 from seekdata._loader.plan import (
     Geometry,
     Plan,
@@ -70,23 +71,30 @@ class BatchIndices(torch.utils.data.BatchSampler):
         return int(self._engine.full_len())
 
 
-class SeekableEngine(KeyedEngine):
+class SeekableEngine(MapEngine):
     """Batches from a :class:`seekdata.DistributedSampler`'s cursor: O(1) setup and resume."""
 
-    def __init__(self, sampler: DistributedSampler, dataset: Any, **kwargs: Any) -> None:
-        super().__init__(dataset, **kwargs)
+    def __init__(
+        self,
+        sampler: DistributedSampler,
+        dataset: Any,
+        config: LoaderConfig,
+        collate_fn: Callable[[list[Any]], Any],
+    ) -> None:
+        super().__init__(dataset, config, collate_fn)
         self.dataset = dataset
         self.sampler = sampler
         self.cursor = sampler.cursor
-        self.b = self.batch_size or 1
+        self.b = config.batch_size or 1  # samples per batch (1 with batch_size=None)
+        self.drop_last = config.drop_last  # the batches' (the sampler's is its own)
         # torch's rule: batch_size=None means no batch sampler
-        self.batch_sampler = None if self.batch_size is None else self._view(sampler)
+        self.batch_sampler = None if config.batch_size is None else self._view(sampler)
 
     def _resized(self) -> DistributedSampler | None:
         """torch's default samplers read len(dataset) at every iter() and len(); the loader's
         own sampler does too: rebuilt (same seed, epoch and epoch-end flags) when it changed."""
         old = self.sampler
-        if not self.owns_sampler or dataset_length(self.dataset, WHERE) == old.n:
+        if not self.config.owns_sampler or dataset_length(self.dataset, WHERE) == old.n:
             return None
         new = DistributedSampler(
             self.dataset, 1, 0, shuffle=old.shuffle, seed=old.seed, grown=old.growths or None
@@ -97,7 +105,7 @@ class SeekableEngine(KeyedEngine):
     def iterate(self) -> Iterator[Any]:
         resized = self._resized()
         if resized is not None:
-            S.check_resize(self.sampler.cursor.now, self.sampler.n, resized.n, WHERE)
+            S.check_resize(self.sampler.cursor.snapshot, self.sampler.n, resized.n, WHERE)
             self.sampler, self.cursor = resized, resized.cursor
             if self.batch_sampler is not None:
                 self.batch_sampler = self._view(resized)
@@ -106,7 +114,8 @@ class SeekableEngine(KeyedEngine):
     def _view(self, sampler: DistributedSampler) -> BatchIndices:
         # a rebuild by Lightning's DDP reaches the sampler only: what it needs to rebuild this
         # stream is recorded against the sampler (_frameworks.reshard_request reads it)
-        _frameworks.remember(sampler, self.owns_sampler, self.seed_explicit, self.seed)
+        config = self.config
+        _frameworks.remember(sampler, config.owns_sampler, config.seed_explicit, self.seed)
         return BatchIndices(sampler, self.b, self.drop_last, engine=self)
 
     def growths_for(
@@ -137,22 +146,24 @@ class SeekableEngine(KeyedEngine):
     def rank(self) -> int:
         return int(self.sampler.rank)
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def become_rank(self, num_replicas: int, rank: int) -> None:
         self.sampler.reshard(num_replicas, rank)  # the cursor is global: it stays where it is
 
-    # --- planning: values from the cursor; moves only in commit and consumed ---------------------
+    # --- planning: values from the cursor; moves only in commit and advance_past -----------------
 
     def plan(self) -> Plan:
         at = self.cursor.next_start()
-        return plan_seekable(Geometry.of(self.sampler), at, self.cursor.now, self.b, self.drop_last)
+        return plan_seekable(
+            Geometry.of(self.sampler), at, self.cursor.snapshot, self.b, self.drop_last
+        )
 
     def batches(self, plan: Plan) -> Iterator[PlannedBatch]:
         return seekable_batches(plan)
 
     def commit(self, plan: Plan) -> None:
-        self.cursor.enter(plan.start, plan.batch0)  # the plan was made from next_start()
+        self.cursor.enter(plan.start_position, plan.batch0)  # the plan was made from next_start()
 
-    def consumed(self, plan: Plan, k: int, end: bool = False) -> int:
+    def advance_past(self, plan: Plan, k: int, end: bool = False) -> int:
         if end:
             self.cursor.finish()
             return plan.batch0 + k
@@ -172,7 +183,7 @@ class SeekableEngine(KeyedEngine):
     def _at(self) -> tuple[int, int, int]:
         """(epoch, position, batch number) the next iterator starts at."""
         epoch, position = self.cursor.next_start()
-        now = self.cursor.now
+        now = self.cursor.snapshot
         return epoch, position, now.batch if epoch == now.epoch and position > 0 else 0
 
     def _move(self, batches: int, where: str) -> None:
@@ -228,8 +239,9 @@ class SeekableEngine(KeyedEngine):
         return _statecheck.global_batch(state, self.sampler.n, (world, self.b), drop, where, strict)
 
     def adopt_seed(self, seed: int) -> None:
-        if self.owns_sampler:
+        if self.config.owns_sampler:
             self.sampler.reseed(seed)
         super().adopt_seed(seed)
         if self.batch_sampler is not None:
-            _frameworks.remember(self.sampler, self.owns_sampler, self.seed_explicit, seed)
+            config = self.config
+            _frameworks.remember(self.sampler, config.owns_sampler, config.seed_explicit, seed)

@@ -17,13 +17,15 @@ to name the first differing change when a state is refused and for ``seekdata in
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from seekdata._core import state as S
+from seekdata._core.checks import ArgumentError, check_counter, is_int, is_state_int
 from seekdata._core.growth import check_append, refuse_unstable, signature_then
-from seekdata._core.rngkeys import check_counter, is_int
+from seekdata._core.state import StateMismatchError
 from seekdata.sources.mixtures.schedule import integer_weights, parse_weights, source_index
 
 #: ``seekdata.Mixture``, which imports this module (typed loosely to keep imports one-way)
@@ -32,6 +34,28 @@ Mixture = Any
 WHERE = "Mixture.changed"
 #: At most this many names (added, removed, grown) or weights in a history record; more: a count.
 _LISTED = 8
+
+
+class Change(NamedTuple):
+    """A changed mixture's arguments: its sources (a dict by name, or a list), schedule and
+    source ids, and the growths ``(source, at, n0, n1)`` it installs."""
+
+    sources: Any
+    schedule: list[tuple[int, Any]]
+    source_ids: list[int]
+    growths: list[tuple[int, int, int, int]]
+
+
+#: Per mixture: its prefix signatures and history records, made once (a mixture's segments and
+#: growths never change after it is built).
+_MEMOS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _memo(mix: Mixture) -> dict[Any, Any]:
+    memo = _MEMOS.get(mix)
+    if memo is None:
+        memo = _MEMOS[mix] = {}
+    return memo
 
 
 class Gone:
@@ -65,8 +89,8 @@ def stream_position(mix: Mixture, at: Any) -> int:
         fields = {}
         for key in (S.K_EPOCH, S.K_POSITION):
             value = at.get(key)
-            if not is_int(value) or isinstance(value, bool) or value < 0:
-                raise ValueError(
+            if not is_state_int(value) or value < 0:
+                raise StateMismatchError(
                     f"{WHERE}: at must be a stream position or a loader/sampler state with "
                     f"{S.K_EPOCH!r} and {S.K_POSITION!r}; the state's {key!r} is {value!r}; "
                     f"pass loader.state_dict() as saved"
@@ -74,7 +98,7 @@ def stream_position(mix: Mixture, at: Any) -> int:
             fields[key] = int(value)
         n = at.get(S.K_N, mix.length)
         if n != mix.length:
-            raise ValueError(
+            raise StateMismatchError(
                 f"{WHERE}: the state was saved over a dataset of {n} positions per epoch but "
                 f"this mixture has {mix.length}; call changed() on the mixture the checkpoint "
                 f"was saved with"
@@ -84,14 +108,14 @@ def stream_position(mix: Mixture, at: Any) -> int:
         if at.get(S.K_DATASET) not in (None, mix.stream_signature) and saved not in (
             None, prefix_signature(mix, stream)
         ):  # fmt: skip
-            raise ValueError(
+            raise StateMismatchError(
                 f"{WHERE}: the state was saved over another mixture ({at.get(S.K_DATASET)}) "
                 f"than this one ({mix.stream_signature}) before its position P={stream:,}; "
                 f"call changed() on the mixture the checkpoint was saved with (with its history)"
             )
         return -(-stream // window) * window  # the rest of a started window keeps its weights
-    if not is_int(at) or isinstance(at, bool):
-        raise TypeError(
+    if not is_int(at):
+        raise ArgumentError(
             f"{WHERE}: at must be a stream position (int) or a loader/sampler state (dict); "
             f"got {type(at).__name__}; pass loader.state_dict() or epoch * len(mix) + position"
         )
@@ -112,8 +136,9 @@ def changed(
     remove: Sequence[Any],
     grown: Mapping[Any, Any] | None,
     length: int | None,
-) -> Any:
-    """The mixture ``mix`` until ``at``, changed from there on (see :meth:`Mixture.changed`)."""
+) -> Change:
+    """What the mixture ``mix`` until ``at``, changed from there on, is built from (see
+    :meth:`Mixture.changed`, which builds it)."""
     if length is not None and length != mix.length:
         raise ValueError(
             f"{WHERE}: length= (a new mixture epoch length) is not supported; got {length} for "
@@ -125,7 +150,7 @@ def changed(
             f"{WHERE}: at is position 0, before anything was read: there is no history to "
             f"keep; build the new mixture directly with seekdata.Mixture(...)"
         )
-    late = [g for g in mix._growths if g[1] >= stream]
+    late = [g for g in mix.growths if g[1] >= stream]
     if late:
         raise ValueError(
             f"{WHERE}: this mixture already grows a source at P={late[0][1]:,}, at or after "
@@ -139,7 +164,7 @@ def changed(
     if names is not None:
         names += [str(name) for name in new]
     datasets += list(new.values()) if isinstance(new, Mapping) else list(new)
-    growths = list(mix._growths)
+    growths = list(mix.growths)
     for key, dataset in (grown or {}).items():
         s = source_index(key, mix.names, k, "grown")
         n0, n1 = mix.sizes[s], len(dataset)
@@ -174,18 +199,13 @@ def changed(
             )
     extra = [0] * (len(datasets) - k)
     schedule: list[tuple[int, Any]] = [
-        (seg.start, [*seg.a, *extra]) for seg in mix._schedule.segments if seg.start < stream
+        (seg.start, [*seg.a, *extra]) for seg in mix.segments if seg.start < stream
     ]
     schedule.append((stream, integer_weights(fracs)))
     ids = list(mix.source_ids)
     ids += range(max(ids) + 1, max(ids) + 1 + len(extra))
-    out = type(mix)(
-        dict(zip(names, datasets, strict=True)) if names is not None else datasets,
-        schedule=schedule, length=mix.length, seed=mix.seed, order=mix.order, source_ids=ids,
-        reseed_global_rng=mix.reseed_global_rng, window=mix.window,
-    )  # fmt: skip
-    out._grow(growths)
-    return out
+    sources = dict(zip(names, datasets, strict=True)) if names is not None else datasets
+    return Change(sources, schedule, ids, growths)
 
 
 def _added(
@@ -220,7 +240,7 @@ def _added(
 
 def _size_before(mix: Mixture, k: int, stream: int) -> int:
     """Source k's length for stream positions before ``stream``."""
-    for s, at, n0, _ in mix._growths:
+    for s, at, n0, _ in mix.growths:
         if s == k and at >= stream:
             return n0
     return mix.sizes[k]
@@ -238,12 +258,13 @@ def prefix_signature(mix: Mixture, stream: int) -> str:
     prefix. Position 0 signs the first segment (a change at 0 is a new mixture)."""
     window = max(mix.window, 1)
     cut = max(-(-stream // window) * window, 1)
-    segments = [seg for seg in mix._schedule.segments if seg.start < cut]
-    growths = tuple(g for g in mix._growths if g[1] < cut)
+    segments = [seg for seg in mix.segments if seg.start < cut]
+    growths = tuple(g for g in mix.growths if g[1] < cut)
     key = ("prefix", len(segments), len(growths))  # the same cut: the same signature
-    if key not in mix._memo:
-        mix._memo[key] = _prefix(mix, segments, growths, cut)
-    return str(mix._memo[key])
+    memo = _memo(mix)
+    if key not in memo:
+        memo[key] = _prefix(mix, segments, growths, cut)
+    return str(memo[key])
 
 
 def _prefix(mix: Mixture, segments: list[Any], growths: tuple[Any, ...], cut: int) -> str:
@@ -268,14 +289,15 @@ def _names(mix: Mixture, ks: Sequence[int]) -> list[Any] | int:
 def history(mix: Mixture, stream: int | None = None) -> list[dict[str, Any]]:
     """One record per change (segment start > 0 or growth) at or before ``stream`` (all if
     None): where, what (added, removed, grown, the weights for K <= 8) and a digest of it."""
-    if "history" not in mix._memo:  # hashing K = 1,000 big weights per change: once
-        mix._memo["history"] = _history(mix)
-    return [r for r in mix._memo["history"] if stream is None or r["at"] <= stream]
+    memo = _memo(mix)
+    if "history" not in memo:  # hashing K = 1,000 big weights per change: once
+        memo["history"] = _history(mix)
+    return [r for r in memo["history"] if stream is None or r["at"] <= stream]
 
 
 def _history(mix: Mixture) -> list[dict[str, Any]]:
-    segments = {seg.start: j for j, seg in enumerate(mix._schedule.segments) if seg.start}
-    ats = sorted({*segments, *(g[1] for g in mix._growths)})
+    segments = {seg.start: j for j, seg in enumerate(mix.segments) if seg.start}
+    ats = sorted({*segments, *(g[1] for g in mix.growths)})
     out = []
     for at in ats:
         record: dict[str, Any] = {
@@ -284,7 +306,7 @@ def _history(mix: Mixture) -> list[dict[str, Any]]:
         spec: list[Any] = [at]
         if at in segments:
             j = segments[at]
-            seg, before = mix._schedule.segments[j], mix._schedule.segments[:j]
+            seg, before = mix.segments[j], mix.segments[:j]
             present = [k for k, x in enumerate(seg.a) if x]
             added = [k for k in present if not any(b.a[k] for b in before)]
             removed = [k for k, x in enumerate(before[-1].a) if x and not seg.a[k]]
@@ -296,7 +318,7 @@ def _history(mix: Mixture) -> list[dict[str, Any]]:
                 record["weights"] = [str(Fraction(x, sum(seg.a))) for x in seg.a]
             spec.append([(k, mix.source_ids[k], _size_before(mix, k, at + 1), seg.a[k])
                          for k in present])  # fmt: skip
-        grew = [g for g in mix._growths if g[1] == at]
+        grew = [g for g in mix.growths if g[1] == at]
         if grew:
             if len(grew) > _LISTED:
                 record["grown"] = len(grew)
@@ -313,7 +335,7 @@ def _history(mix: Mixture) -> list[dict[str, Any]]:
 
 def records(mix: Mixture, epoch: int, position: int, always: bool) -> dict[str, Any]:
     """The state keys of a mixture with changes (``always``: of any mixture) at the cursor."""
-    if not always and len(mix._schedule.segments) == 1 and not mix._growths:
+    if not always and len(mix.segments) == 1 and not mix.growths:
         return {}
     stream = epoch * mix.length + position
     done = history(mix, stream)

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from seekdata._core import source as _source
 from seekdata._core import streams as rng
 from seekdata._core.orders import Feistel, Order, feistel_index, make_order
 
@@ -64,7 +65,7 @@ class _Shards:
 def shard_part(dataset: Any, lo: int, hi: int) -> _Shards | None:
     """The shards of ``dataset`` that hold items ``[lo, hi)`` exactly, or None where ``lo`` or
     ``hi`` falls inside a shard (or the dataset has no shards): then a Feistel order."""
-    sizes = getattr(dataset, "shard_sizes", None)
+    sizes = _source.shard_sizes(dataset)
     if sizes is None:
         return None
     ends = np.cumsum([0, *(int(s) for s in sizes)]).tolist()
@@ -146,7 +147,7 @@ def grown_sources(
     for k in sorted({g[0] for g in growths}):
         mine = [g for g in growths if g[0] == k]
         kind = order
-        if kind == "shards" and getattr(datasets[k], "shard_sizes", None) is None:
+        if kind == "shards" and _source.shard_sizes(datasets[k]) is None:
             kind = "feistel"  # as the mixture's own order for a source without shards
         counts = [(counts_at(at)[k], n1) for _, at, _, n1 in mine]
         out[k] = SourceLengths(mine[0][2], seeds[k], kind, datasets[k], counts)

@@ -34,14 +34,17 @@ import torch.utils.data
 
 from seekdata._core import globalrng as _globalrng
 from seekdata._core import sample as _sample
+from seekdata._core import source as _source
 from seekdata._core import streams as rng
+from seekdata._core.checks import ArgumentError, check_bool, check_counter, is_int
 from seekdata._core.growth import signature_then
 from seekdata._core.orders import Feistel, Order, feistel_index, make_order
-from seekdata._core.rngkeys import check_counter, is_int, sample_seeds
+from seekdata._core.rngkeys import sample_seeds
 from seekdata.sources.mixtures import changes as _mixchange
 from seekdata.sources.mixtures.growth import SourceLengths, grown_sources
 from seekdata.sources.mixtures.schedule import (
     Schedule,
+    Segment,
     check_length,
     integer_weights,
     parse_schedule,
@@ -166,12 +169,10 @@ class Mixture(torch.utils.data.Dataset):
                 f"{where}: one weight per dataset and at least one dataset; got 0 datasets"
             )
         self.seed = check_counter(seed, "seed", where)
-        if not isinstance(reseed_global_rng, bool):
-            raise TypeError(
-                f"{where}: reseed_global_rng must be a bool; got {reseed_global_rng!r}; pass "
-                f"the loader's value (True by default)"
-            )
-        self.reseed_global_rng = reseed_global_rng
+        self.reseed_global_rng = check_bool(
+            reseed_global_rng, "reseed_global_rng", where,
+            fix="pass the loader's value (True by default)",
+        )  # fmt: skip
         if order not in ("feistel", "shards", "sequential"):
             raise ValueError(
                 f"{where}: order must be 'feistel', 'shards' or 'sequential'; got {order!r}; "
@@ -208,6 +209,19 @@ class Mixture(torch.utils.data.Dataset):
         self._growths: list[tuple[int, int, int, int]] = []  # (source, at, n0, n1): changed()
         self._lengths: dict[int, SourceLengths] = {}  # the sources that grew: their epochs
         self._memo: dict[Any, Any] = {}  # prefix signatures and history records, made once
+
+    @property
+    def growths(self) -> tuple[tuple[int, int, int, int], ...]:
+        """The sources that grew (:meth:`changed` with ``grown=``): ``(source, at, n0, n1)``,
+        source ``source`` had ``n0`` items before stream position ``at`` and ``n1`` from it,
+        in the order of ``at``."""
+        return tuple(self._growths)
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The schedule's segments as the mixture routes them: each one's start and integer
+        weights (0: absent) with its tree (:attr:`schedule` gives the normalised weights)."""
+        return tuple(self._schedule.segments)
 
     def _grow(self, growths: list[tuple[int, int, int, int]]) -> None:
         """Install the growths ``(source, at, n0, n1)`` (by :meth:`changed`)."""
@@ -250,7 +264,14 @@ class Mixture(torch.utils.data.Dataset):
                 unchanged). The new items join its current source epoch at once.
             length: not supported (a new mixture epoch length): leave unset.
         """
-        return _mixchange.changed(self, at, weights, add, remove, grown, length)
+        change = _mixchange.changed(self, at, weights, add, remove, grown, length)
+        out = type(self)(
+            change.sources, schedule=change.schedule, length=self.length, seed=self.seed,
+            order=self.order, source_ids=change.source_ids,
+            reseed_global_rng=self.reseed_global_rng, window=self.window,
+        )  # fmt: skip
+        out._grow(change.growths)
+        return out
 
     @staticmethod
     def gone(length: int) -> Any:
@@ -288,13 +309,14 @@ class Mixture(torch.utils.data.Dataset):
             return None
         return (repr(self.names[k]) if self.names is not None else str(k)), self.datasets[k]
 
-    def _stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
-        """Read by the loader: the state keys of a mixture with changes, at its cursor."""
+    def stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
+        """Read by the loader (:class:`seekdata.sources.SeekableSource`): the state keys of a
+        mixture with changes, at its cursor."""
         return _mixchange.records(self, epoch, position, always)
 
     def _make_order(self, k: int) -> Order:
         n, seed, ds = self.sizes[k], self.source_seeds[k], self.datasets[k]
-        if self.order == "shards" and getattr(ds, "shard_sizes", None) is None:
+        if self.order == "shards" and _source.shard_sizes(ds) is None:
             return Feistel(n, seed)
         return make_order(self.order, n, seed, dataset=ds)
 
@@ -375,7 +397,7 @@ class Mixture(torch.utils.data.Dataset):
 
     def __getitem__(self, position: int) -> Any:
         if not is_int(position):
-            raise TypeError(f"Mixture: index must be an int; got {type(position).__name__}")
+            raise ArgumentError(f"Mixture: index must be an int; got {type(position).__name__}")
         if not 0 <= position < self.length:
             raise IndexError(f"Mixture: index must be in [0, {self.length}); got {position}")
         fetch = _sample.current

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import torch.utils.data
 
-from seekdata._core.rngkeys import check_counter, is_int
+from seekdata._core.checks import ArgumentError, check_counter, check_int, is_int
 from seekdata.sources.mixtures.tree import Tree, up
 
 WHERE = "Mixture"
@@ -31,7 +31,7 @@ WHERE = "Mixture"
 def _fraction(value: Any, label: str, zero: bool) -> Fraction:
     """``value`` as an exact, finite Fraction: > 0, or >= 0 where ``zero`` (a schedule)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
+        raise ArgumentError(
             f"{WHERE}: weights must be real numbers (int, float, Fraction); {label} is "
             f"{type(value).__name__} {value!r}; pass e.g. weights=[0.7, 0.3] or [7, 3]"
         )
@@ -81,7 +81,7 @@ def source_index(key: Any, names: Sequence[str] | None, k: int, label: str) -> i
             )
         return names.index(key)
     if not is_int(key):
-        raise TypeError(
+        raise ArgumentError(
             f"{WHERE}: {label}: a source is a name (str) or an index (int); got "
             f"{type(key).__name__} {key!r}"
         )
@@ -260,14 +260,7 @@ class Schedule:
 def check_length(length: Any, where: str) -> int:
     """``length`` as an int >= 1: the rule and the message say the same thing."""
     fix = "pass the samples per mixture epoch, or leave it unset for the sources' total"
-    if not is_int(length):
-        raise TypeError(
-            f"{where}: length must be an int >= 1 or None; got {type(length).__name__} "
-            f"{length!r}; {fix}"
-        )
-    if length < 1:
-        raise ValueError(f"{where}: length must be an int >= 1 or None; got {length}; {fix}")
-    return int(length)
+    return check_int(length, "length", where, 1, what="an int >= 1 or None", fix=fix)
 
 
 def source_length(dataset: Any, k: int) -> int:

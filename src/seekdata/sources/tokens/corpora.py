@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from seekdata._core.rngkeys import is_int
+from seekdata._core.checks import check_bool, check_int
 from seekdata.sources.tokens import index as _tokenindex
 from seekdata.sources.tokens import packing as _packing
 from seekdata.sources.tokens.files import TokenReader, check_dtype, describe, expand_files
@@ -31,8 +31,7 @@ _Sample = dict[str, torch.Tensor]
 
 
 def _int(value: Any, name: str, where: str, low: int, hint: str) -> int:
-    if not is_int(value):  # the int rule of seekdata._core.rngkeys.check_int, with this hint
-        raise TypeError(f"{where}: {name} must be an int; got {type(value).__name__} {value!r}")
+    value = check_int(value, name, where, fix=hint)  # the one int rule, then this bound
     if value < low:
         raise ValueError(f"{where}: {name} must be >= {low}; got {value}; {hint}")
     return int(value)
@@ -277,8 +276,7 @@ class PackedDocuments(_TokenCorpus):
                 f"tokens per sequence your model takes, e.g. 2048"
             )
         self.pad_id = self._token_id(pad_id, "pad_id")
-        if not isinstance(rebuild_index, bool):
-            raise TypeError(f"{where}: rebuild_index must be a bool, got {rebuild_index!r}")
+        check_bool(rebuild_index, "rebuild_index", where)
         if (eos_id is None) == (document_ends is None):
             raise ValueError(
                 f"{where}: pass eos_id= (boundaries found by scanning the files) or "

@@ -23,6 +23,7 @@ import torch
 from torch.utils.data import Dataset
 from webdataset import autodecode
 
+from seekdata._core.checks import check_bool
 from seekdata.sources.wds import tarcheck as _tarcheck
 from seekdata.sources.wds import tarindex as _tarindex
 from seekdata.sources.wds import urls as _shardurls
@@ -88,8 +89,7 @@ class TarShards(Dataset[dict[str, Any]]):
             ("allow_pipe", allow_pipe),
             ("rebuild_index", rebuild_index),
         ):
-            if not isinstance(flag, bool):
-                raise TypeError(f"TarShards: {name} must be a bool, got {type(flag).__name__}")
+            check_bool(flag, name, "TarShards")
         if index_dir is not None and not isinstance(index_dir, (str, os.PathLike)):
             raise TypeError(
                 f"TarShards: index_dir must be a path or None, got {type(index_dir).__name__}"

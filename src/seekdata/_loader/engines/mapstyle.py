@@ -19,10 +19,11 @@ import torch.utils.data
 from seekdata._core import reshape as C
 from seekdata._core import state as S
 from seekdata._core import streams as rng
-from seekdata._core.cursor import Cursor, Now
+from seekdata._core.cursor import Cursor, Snapshot
 from seekdata._core.rngkeys import step_seed
 from seekdata._core.steprng import set_step_rng
 from seekdata._loader import workers as preemption
+from seekdata._loader.config import LoaderConfig
 from seekdata._loader.device import DevicePrefetch
 from seekdata._loader.fetch import Collate, FailedBatch, KeyedDataset, WorkerInit
 from seekdata._loader.plan import Plan, PlannedBatch
@@ -54,10 +55,10 @@ class _PlannedBatches(torch.utils.data.Sampler[PlannedBatch]):
         return self._count
 
 
-class KeyedEngine:
+class MapEngine:
     """A map-style path. A subclass plans an epoch from the cursor (:meth:`plan`, a value; it
     moves nothing), lists the plan's batches (:meth:`batches`), commits the plan and counts
-    batches handed out (:meth:`commit`, :meth:`consumed`: the only moves of the cursor while
+    batches handed out (:meth:`commit`, :meth:`advance_past`: the only moves of the cursor while
     iterating), and supplies the values its state is checked against."""
 
     cursor: Cursor
@@ -65,43 +66,28 @@ class KeyedEngine:
     batch_sampler: Any
 
     def __init__(
-        self,
-        dataset: Any,
-        seed: int,
-        *,
-        seed_explicit: bool,
-        owns_sampler: bool,
-        reseed: bool | tuple[str, ...],
-        batch_size: int | None,
-        drop_last: bool,
-        per_sample: bool,
-        collate_fn: Callable[[list[Any]], Any],
-        batch_transform: Callable[..., Any] | None,
-        worker_init_fn: Callable[[int], None] | None,
-        options: dict[str, Any],
-        step_rng: bool = True,
-        batched_fetch: bool = True,
+        self, dataset: Any, config: LoaderConfig, collate_fn: Callable[[list[Any]], Any]
     ) -> None:
-        self.seed = seed
-        self.step_rng = step_rng  # key the caller's global RNG by each batch's number
+        self.config = config  # the checked arguments (what follows only changes at runtime)
+        self.seed = config.seed  # a checkpoint's replaces it (seed=None): adopt_seed
+        self.step_rng = config.step_rng  # key the caller's global RNG by each batch's number
         self.lookahead: DevicePrefetch | None = None  # device=: set by the loader
         self.place: Callable[[Any], Any] | None = None  # batch -> device (loader.place)
-        self.seed_explicit, self.owns_sampler = seed_explicit, owns_sampler
-        self.batch_size, self.drop_last = batch_size, drop_last
-        self.reseed, self.batch_transform = reseed, batch_transform
         self._live: weakref.ReferenceType[_LoaderIter] | None = None
-        self.keyed = KeyedDataset(dataset, seed, reseed, batched_fetch)
+        reseed = config.reseed_global_rng
+        self.keyed = KeyedDataset(dataset, self.seed, reseed, config.batched_fetch)
         self.planned = _PlannedBatches()
         # batch_size=None: one sample per step without collation, as torch does
+        per_sample = config.per_sample
         self.loader = torch.utils.data.DataLoader(
             self.keyed,
             batch_size=None if per_sample else 1,  # torch's rule for batch_sampler=
             sampler=self.planned if per_sample else None,
             batch_sampler=None if per_sample else self.planned,  # type: ignore[arg-type]
-            collate_fn=Collate(collate_fn, batch_transform, seed, reseed),
-            worker_init_fn=WorkerInit(worker_init_fn),
-            generator=rng.torch_generator(seed, _ENGINE_TAG),
-            **options,
+            collate_fn=Collate(collate_fn, config.batch_transform, self.seed, reseed),
+            worker_init_fn=WorkerInit(config.worker_init_fn),
+            generator=rng.torch_generator(self.seed, _ENGINE_TAG),
+            **config.options,
         )
 
     # --- what a subclass provides ---------------------------------------------------------------
@@ -116,12 +102,12 @@ class KeyedEngine:
 
     def commit(self, plan: Plan) -> None:
         """The iterator hands out the plan's first batch: the cursor enters the plan's epoch
-        (its epoch-end rules) at the plan's start."""
+        (its epoch-end rules) where the plan's first batch starts."""
         raise NotImplementedError
 
-    def consumed(self, plan: Plan, k: int, end: bool = False) -> int:
-        """``k`` batches of ``plan`` were handed out (``end``: the iterator finished); the
-        number in the epoch of the last one handed out."""
+    def advance_past(self, plan: Plan, k: int, end: bool = False) -> int:
+        """Move the cursor past the first ``k`` batches of ``plan``, which were handed out
+        (``end``: the iterator finished); the number in the epoch of the last one handed out."""
         raise NotImplementedError
 
     def full_len(self) -> int:
@@ -131,7 +117,7 @@ class KeyedEngine:
         """This rank, for the model-side step RNG (``step_rng``)."""
         raise NotImplementedError
 
-    def shard(self, num_replicas: int, rank: int) -> None:
+    def become_rank(self, num_replicas: int, rank: int) -> None:
         """Become rank ``rank`` of ``num_replicas`` (a framework sharding this loader)."""
         raise NotImplementedError
 
@@ -173,7 +159,7 @@ class KeyedEngine:
         """The state's record of the dataset's growths (nothing when it never grew)."""
         return {}
 
-    def cursor_fields(self, now: Now) -> dict[str, Any]:
+    def cursor_fields(self, now: Snapshot) -> dict[str, Any]:
         """The cursor's part of the state, from one value of the cursor."""
         return self.cursor.fields(now)
 
@@ -205,7 +191,7 @@ class KeyedEngine:
     def elastic_batch(self, state: Any, where: str, strict: bool) -> int:
         """The per-rank batch size ``state`` must hold: ours (the seekable path also accepts
         another one that keeps the global batch)."""
-        return self.batch_size or 1
+        return self.config.batch_size or 1
 
     def adopt_seed(self, seed: int) -> None:
         """A checkpoint's seed replaces ours (``seed=None``): key the samples with it."""
@@ -231,25 +217,27 @@ class KeyedEngine:
         if name == "worker_init_fn":
             value = WorkerInit(value)
         elif name == "collate_fn":
-            value = Collate(value, self.batch_transform, self.seed, self.reseed)
+            value = Collate(
+                value, self.config.batch_transform, self.seed, self.config.reseed_global_rng
+            )
         setattr(self.loader, name, value)
 
     def fields(self, seed: int | None = None) -> dict[str, Any]:
         """The fields that define the stream; ``seed`` replaces ours (a seed to adopt)."""
         seed = self.seed if seed is None else seed
         stream = self.stream_fields()
-        if self.owns_sampler:  # our default sampler's order is keyed by our seed
+        if self.config.owns_sampler:  # our default sampler's order is keyed by our seed
             stream[S.K_SEED] = seed
         return {
             **stream,
-            S.K_BATCH_SIZE: self.batch_size or 1,
-            S.K_BATCH_DROP_LAST: self.drop_last,
+            S.K_BATCH_SIZE: self.config.batch_size or 1,
+            S.K_BATCH_DROP_LAST: self.config.drop_last,
             S.K_SAMPLE_SEED: seed,
         }
 
     def state_dict(self) -> dict[str, Any]:
         S.check_in_order(self.loader.in_order)
-        now = self.cursor.now  # one value: a state_dict() from another thread is never torn
+        now = self.cursor.snapshot  # one value: a state_dict() from another thread is never torn
         return {
             S.K_VERSION: S.VERSION,
             S.K_KIND: "loader",
@@ -265,8 +253,9 @@ class KeyedEngine:
 
     def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
         where = "StatefulDataLoader.load_state_dict"
+        config = self.config
         seed = seed_to_adopt(
-            state, self.seed, explicit=self.seed_explicit, owns_sampler=self.owns_sampler
+            state, self.seed, explicit=config.seed_explicit, owns_sampler=config.owns_sampler
         )
         then, growths = self.growths_for(state, grow, where)  # a dataset that grew: as it was
         expected = {S.K_KIND: "loader", **self.fields(seed), **then}
@@ -274,7 +263,7 @@ class KeyedEngine:
         if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
             stream = {**self.fields(seed), **then}
             expected = {S.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}
-        if self.owns_sampler and not self.seed_explicit:  # the seed to adopt must be one seed
+        if config.owns_sampler and not config.seed_explicit:  # the seed to adopt: one seed
             S.check_one_seed(state, where)
         self.check(state, expected, where, strict)
         # the dataset's own stream (a Mixture's, a token corpus's): the same, as it was then?
@@ -298,7 +287,7 @@ class _LoaderIter:
     ``next()``, re-planned first if the cursor moved since it was made.
     """
 
-    def __init__(self, engine: KeyedEngine) -> None:
+    def __init__(self, engine: MapEngine) -> None:
         self._engine = engine
         self._plan: Plan | None = None
         self._batches: Iterator[Any] | None = None  # torch's iterator over the plan (or ours)
@@ -362,10 +351,10 @@ class _LoaderIter:
             batch = next(batches)
         except StopIteration:
             self._done = True
-            engine.consumed(plan, self._k, end=True)
+            engine.advance_past(plan, self._k, end=True)
             raise
         self._k += 1
-        batch_in_epoch = engine.consumed(plan, self._k)
+        batch_in_epoch = engine.advance_past(plan, self._k)
         if self._step_seed is not None:  # the caller's model-side RNG: a function of the batch
             set_step_rng(self._step_seed, batch_in_epoch, rank=self._rank)
         if type(batch) is FailedBatch:  # consumed, as torch counts it; the next next() goes on
@@ -386,7 +375,7 @@ class _LoaderIter:
         return getattr(batches, name)
 
 
-def _in_process(engine: KeyedEngine, planned: Iterator[PlannedBatch]) -> Iterator[Any]:
+def _in_process(engine: MapEngine, planned: Iterator[PlannedBatch]) -> Iterator[Any]:
     """``num_workers=0`` without pinning: what torch's single-process iterator does for a
     map-style dataset — fetch each planned batch (``__getitems__`` with a batch sampler,
     ``dataset[planned]`` without), then collate — minus its per-batch machinery (a profiler
