@@ -6,11 +6,13 @@ counts what it forwards (requests, response body bytes, and each request's metho
 ``Range``). Faults are decided by the request's number, never by time or chance, so a run is
 reproducible: with ``--every N`` the ``k``-th proxied request (k = 1, 2, ...) gets
 
-- ``k % N == 0``: its connection dropped before any response (a reset);
-- ``k % N == 7 % N``: a ``503 SlowDown`` (S3's throttling answer) instead of the response;
+- ``k % N == 5 % N``: its connection dropped before any response (a reset);
+- ``k % N == 9 % N``: a ``503 SlowDown`` (S3's throttling answer) instead of the response;
 - ``k % N == 13 % N``: the response's headers and half its body, then the connection closed
   (a truncated body);
-- ``k % N == 3 % N``: the response delayed by ``--delay`` seconds.
+- ``k % N == 17 % N``: the response delayed by ``--delay`` seconds.
+
+(With ``N = 20``: one request in 20 of each kind, all of them within the first 17.)
 
 Control endpoints (never counted): ``GET /__proxy__/stats`` (JSON), ``POST /__proxy__/reset``
 (zero the counters and the log), ``POST /__proxy__/faults?every=N`` (0: none).
@@ -48,7 +50,7 @@ class Proxy:
         n = self.every
         if n <= 0:
             return None
-        for name, residue in (("drop", 0), ("slowdown", 7), ("truncate", 13), ("delay", 3)):
+        for name, residue in (("drop", 5), ("slowdown", 9), ("truncate", 13), ("delay", 17)):
             if k % n == residue % n:
                 return name
         return None

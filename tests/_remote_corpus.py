@@ -48,7 +48,7 @@ def write(kind: str, folder: pathlib.Path, *, sample_bytes: int = 600) -> None:
                     n += 1
     elif kind in ("windows", "packed"):
         for i in range(count):
-            lengths = gen.integers(3, 50, 60)
+            lengths = gen.integers(3, 50, 30)
             docs = [np.append(gen.integers(1, 1000, k - 1), EOS) for k in lengths]
             np.concatenate(docs).astype(np.uint16).tofile(folder / name.format(i=i))
     else:

@@ -177,6 +177,8 @@ def s3_options(server: Server) -> dict[str, Any]:
         "secret": S3_SECRET,
         "endpoint_url": server.url,
         "client_kwargs": {"region_name": S3_REGION},
+        # one attempt in botocore: seekdata's own retries are what is tested
+        "config_kwargs": {"retries": {"max_attempts": 1, "mode": "standard"}},
     }
 
 

@@ -10,6 +10,8 @@ import argparse
 import asyncio
 
 import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 
@@ -18,7 +20,9 @@ def main() -> None:
     parser.add_argument("directory")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    app = StaticFiles(directory=args.directory)
+    # mounted in an application, so that a missing file is a 404 (a bare StaticFiles's error
+    # would reach uvicorn unhandled: a 500)
+    app = Starlette(routes=[Mount("/", app=StaticFiles(directory=args.directory))])
     # uvicorn binds the port itself: sockets handed to it lose TCP_NODELAY, and every reply on
     # a kept-alive connection then waits 40 ms for a delayed ACK
     config = uvicorn.Config(

@@ -1,6 +1,6 @@
 """The byte-range layer (seekdata.sources.remote) against real servers on 127.0.0.1.
 
-URL forms and refusals; the missing back-end's one line; coalesced batch reads counted at the
+URL forms and refusals; coalesced batch reads counted at the
 server; transient faults retried to the exact bytes; permanent ones (a missing object, an
 object changed under its index) refused naming the URL; the disk cache's bound, and that it
 never deletes what it did not write.
@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -84,25 +82,6 @@ def test_urls_that_could_leak_a_secret_or_name_nothing_are_refused(url: str, mat
     with pytest.raises(ValueError, match=match) as err:
         locate(url)
     assert "secret" not in str(err.value) and "X-Amz-Signature=abc" not in str(err.value)
-
-
-def test_a_missing_back_end_is_one_line_naming_the_extra(tmp_path: pathlib.Path) -> None:
-    code = (
-        "import sys\n"
-        "sys.modules['s3fs'] = None  # as when the extra is not installed\n"
-        "from seekdata.sources.remote import RemoteFile, Stores\n"
-        "try:\n"
-        "    RemoteFile(Stores({}), 's3://bucket/train-0.tar')\n"
-        "except ImportError as e:\n"
-        "    print(str(e))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    message = done.stdout.strip()
-    assert "\n" not in message
-    assert "'remote' extra" in message and "pip install 'seekdata[remote]'" in message
-    assert message.startswith("s3://bucket/train-0.tar")
 
 
 # -- reads -------------------------------------------------------------------------------

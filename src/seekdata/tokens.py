@@ -1,7 +1,8 @@
 """Token corpora for language-model pretraining: fixed windows, and packed whole documents.
 
 Token files are flat arrays of token ids (nanoGPT's ``train.bin``, OLMo's ``.npy`` arrays, raw
-``uint16``/``uint32``), read through ``np.memmap``; several files are read as their
+``uint16``/``uint32``), read through ``np.memmap`` (remote files: by byte range,
+:mod:`seekdata.sources.remote`); several files are read as their
 concatenation (:mod:`seekdata._tokenfiles`). Both datasets are ordinary map-style datasets
 whose every item is a pure function of the corpus and the arguments, so seekdata's sampler,
 loader, elastic resume, :class:`seekdata.Mixture`, skips and ``seekdata verify`` apply
@@ -30,8 +31,15 @@ from torch.utils.data import Dataset
 from seekdata import _packing, _tokenindex
 from seekdata._keys import is_int
 from seekdata._tokenfiles import TokenReader, check_dtype, describe, expand_files
+from seekdata.sources import remote
 
-__all__ = ["IGNORE_INDEX", "PackedDocuments", "TokenWindows"]
+__all__ = [
+    "IGNORE_INDEX",
+    "PackedDocuments",
+    "RemotePackedDocuments",
+    "RemoteTokenWindows",
+    "TokenWindows",
+]
 
 #: ``labels`` where no token is predicted: cross_entropy's and Hugging Face's ignore_index.
 IGNORE_INDEX = -100
@@ -53,10 +61,30 @@ class _TokenCorpus(Dataset[_Sample]):
 
     _where = "tokens"
 
+    def __new__(cls, files: Any = None, *args: Any, **kwargs: Any) -> _TokenCorpus:
+        remote_cls = _REMOTE.get(cls)
+        if remote_cls is not None and files is not None:
+            names = expand_files(files, cls._where)
+            if any(map(remote.is_remote, names)):
+                cls = remote_cls  # the same dataset, reading a batch at once
+        return super().__new__(cls)
+
+    def _token_ranges(self, index: int) -> list[tuple[int, int]]:
+        """The token ranges ``self[index]`` reads."""
+        raise NotImplementedError
+
     def __len__(self) -> int:
         raise NotImplementedError
 
-    def _setup(self, files: _Files, seq_len: Any, dtype: Any, vocab_size: Any) -> None:
+    def _setup(
+        self,
+        files: _Files,
+        seq_len: Any,
+        dtype: Any,
+        vocab_size: Any,
+        storage_options: Any = None,
+        cache: Any = None,
+    ) -> None:
         where = self._where
         self.seq_len = _int(seq_len, "seq_len", where, 1, "pass the tokens per sequence, e.g. 2048")
         self.dtype = check_dtype(dtype, where)
@@ -64,7 +92,10 @@ class _TokenCorpus(Dataset[_Sample]):
         if vocab_size is not None:
             self.vocab_size = _int(vocab_size, "vocab_size", where, 1, "or leave it None")
         names = expand_files(files, where)
-        self._reader = TokenReader([describe(n, self.dtype) for n in names], self.dtype)
+        stores = remote.Stores(remote.check_options(storage_options, where))
+        cache = remote.check_cache(cache, where)
+        described = [describe(n, self.dtype, stores=stores, cache=cache) for n in names]
+        self._reader = TokenReader(described, self.dtype)
         self._checked = self.vocab_size is None  # True: no read needs the vocabulary check
         self._arange = np.arange(self.seq_len + 1, dtype=np.int64)
 
@@ -119,7 +150,8 @@ class _TokenCorpus(Dataset[_Sample]):
         return tokens
 
     def _signature(self, *fields: Any) -> str:
-        spec = repr((type(self).__name__, self.seq_len, self.dtype.str, self.num_tokens, *fields))
+        # the public name: a remote dataset (RemoteTokenWindows) decides the same items
+        spec = repr((self._where, self.seq_len, self.dtype.str, self.num_tokens, *fields))
         return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
@@ -134,6 +166,9 @@ class TokenWindows(_TokenCorpus):
         eos_id: the end-of-document token; given, items also hold ``position_ids`` restarting
             at 0 after each one, for document-masked attention.
         vocab_size: given, every token read is checked to be in ``[0, vocab_size)``.
+        storage_options: for remote files (``s3://``, ``https://``, ``hf://``, ...), the
+            back-end's options (docs/remote.md); None: its usual places (the environment).
+        cache: for remote files, a :class:`seekdata.remote.Cache` on local disk, or None.
 
     An item is ``{"input_ids": the first L tokens, "labels": the last L (each input's next
     token)[, "position_ids"]}``, int64 tensors. ``len()`` is ``(tokens - 1) // L``: the tail
@@ -151,8 +186,10 @@ class TokenWindows(_TokenCorpus):
         dtype: Any = np.uint16,
         eos_id: int | None = None,
         vocab_size: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
     ) -> None:
-        self._setup(files, seq_len, dtype, vocab_size)
+        self._setup(files, seq_len, dtype, vocab_size, storage_options, cache)
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
         self._len = (self.num_tokens - 1) // self.seq_len
         if self._len < 1:
@@ -171,6 +208,9 @@ class TokenWindows(_TokenCorpus):
         state: a checkpoint over other windows is refused at ``load_state_dict``."""
         digest = self._signature(self.eos_id)
         return f"TokenWindows(seq_len={self.seq_len}, windows={self._len}, {digest})"
+
+    def _token_ranges(self, index: int) -> list[tuple[int, int]]:
+        return [(index * self.seq_len, (index + 1) * self.seq_len + 1)]
 
     def __getitem__(self, index: SupportsIndex) -> _Sample:
         i = self._check_index(index)
@@ -216,6 +256,8 @@ class PackedDocuments(_TokenCorpus):
         index_dir: where the boundary indexes live; default: beside each file.
         rebuild_index: rebuild the index of a file that changed since it was indexed, instead
             of raising ``ValueError``.
+        storage_options: for remote files, the back-end's options (docs/remote.md).
+        cache: for remote files, a :class:`seekdata.remote.Cache` on local disk, or None.
 
     An item is ``{"input_ids", "labels", "position_ids"}``, int64 tensors of ``L``: the
     documents one after another, then ``pad_id``. ``labels`` is each token's next token within
@@ -242,9 +284,11 @@ class PackedDocuments(_TokenCorpus):
         document_ends: Any = None,
         index_dir: str | os.PathLike[str] | None = None,
         rebuild_index: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
     ) -> None:
         where = self._where
-        self._setup(files, seq_len, dtype, vocab_size)
+        self._setup(files, seq_len, dtype, vocab_size, storage_options, cache)
         self.pad_id = self._token_id(pad_id, "pad_id")
         if not isinstance(rebuild_index, bool):
             raise TypeError(f"{where}: rebuild_index must be a bool, got {rebuild_index!r}")
@@ -353,6 +397,13 @@ class PackedDocuments(_TokenCorpus):
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _token_ranges(self, index: int) -> list[tuple[int, int]]:
+        out = []
+        for s in self._packing.segments(index):
+            whole = s.stop == self._bounds[s.document + 1]  # else a piece: one token more
+            out.append((s.start, s.stop if whole else s.stop + 1))
+        return out
+
     def __getitem__(self, index: SupportsIndex) -> _Sample:
         length = self.seq_len
         ids = np.full(length, self.pad_id, dtype=np.int64)
@@ -398,3 +449,31 @@ class PackedDocuments(_TokenCorpus):
             f"seq_len={self.seq_len}, {len(self)} sequences, "
             f"{100 * self.utilization:.2f}% tokens)"
         )
+
+
+class _RemoteBatches:
+    """For datasets over remote token files: ``__getitems__`` fetches the byte ranges of all
+    of a batch's items at once (neighbours in one request, the requests concurrently) before
+    reading them, so the loader reads a batch with one call."""
+
+    def __getitems__(self: Any, indices: Sequence[int]) -> list[_Sample]:
+        wanted = []
+        for index in indices:
+            for start, stop in self._token_ranges(self._check_index(index)):
+                wanted += self._reader.byte_ranges(start, stop)
+        remote.prefetch(wanted)
+        return [self[i] for i in indices]
+
+
+class RemoteTokenWindows(_RemoteBatches, TokenWindows):
+    """What :class:`TokenWindows` is over remote files: the same items, a batch read at once."""
+
+
+class RemotePackedDocuments(_RemoteBatches, PackedDocuments):
+    """What :class:`PackedDocuments` is over remote files: the same items, a batch read at once."""
+
+
+_REMOTE: dict[type, type] = {
+    TokenWindows: RemoteTokenWindows,
+    PackedDocuments: RemotePackedDocuments,
+}

@@ -11,6 +11,10 @@ shards) and one entry per extension.
 Shard-aware orders read :attr:`TarShards.shard_sizes` and
 :attr:`TarShards.shard_starts`, so each worker can stream its shards
 sequentially while the epoch is still shuffled.
+
+Remote shards (``s3://``, ``gs://``, ``az://``, ``https://``, ``hf://``) are read by byte
+range through :mod:`seekdata.sources.remote`; for them ``TarShards(...)`` returns a
+:class:`RemoteTarShards`, which also reads a whole batch at once (docs/remote.md).
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from webdataset import autodecode
 
 from . import _shardurls, _tarcheck, _tarindex
 from ._tarindex import Shard
+from .sources import remote
 
-__all__ = ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "TarShards"]
+__all__ = ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "RemoteTarShards", "TarShards"]
 
 #: Extensions webdataset decodes with :func:`pickle.loads`; refused unless ``allow_pickle``.
 PICKLE_EXTENSIONS = frozenset({"pkl", "pickle", "pyd"})
@@ -68,12 +73,22 @@ class TarShards(Dataset[dict[str, Any]]):
             run once and its output copied to ``index_dir``, which must be given.
         rebuild_index: rebuild the index of a shard that changed since it was
             indexed, instead of raising ``ValueError``.
+        storage_options: for remote URLs, the back-end's options (credentials, endpoint,
+            region; docs/remote.md); None: its usual places (the environment).
+        cache: for remote URLs, a :class:`seekdata.remote.Cache` of fetched bytes on local
+            disk, or None.
 
     Each sample is read with one positioned read per member; nothing before it
     in the shard is read. Open files are cached per process and thread (at
     most :data:`MAX_OPEN_FILES`), opened lazily, and reopened after a fork, so
     the dataset can be handed to DataLoader workers.
     """
+
+    def __new__(cls, urls: Any = None, *args: Any, **kwargs: Any) -> TarShards:
+        remote_urls = urls is not None and any(map(remote.is_remote, _shardurls.expand_urls(urls)))
+        if cls is TarShards and remote_urls:
+            cls = RemoteTarShards  # the same dataset, reading a batch at once
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -84,6 +99,8 @@ class TarShards(Dataset[dict[str, Any]]):
         allow_pickle: bool = False,
         allow_pipe: bool = False,
         rebuild_index: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        cache: remote.Cache | None = None,
     ) -> None:
         for name, flag in (
             ("allow_pickle", allow_pickle),
@@ -104,6 +121,8 @@ class TarShards(Dataset[dict[str, Any]]):
             index_dir=None if index_dir is None else os.fspath(index_dir),
             allow_pipe=allow_pipe,
             rebuild=rebuild_index,
+            stores=remote.Stores(remote.check_options(storage_options, "TarShards")),
+            cache=remote.check_cache(cache, "TarShards"),
         )
         self._starts = list(itertools.accumulate(self.shard_sizes, initial=0))
         self._local = threading.local()
@@ -147,7 +166,8 @@ class TarShards(Dataset[dict[str, Any]]):
         shard = self._shards[s]
         idx = shard.index
         local = i - self._starts[s]
-        fd = self._open_files().get(shard)
+        read = None if shard.remote is None else shard.remote.read  # a range read (start, stop)
+        fd = self._open_files().get(shard) if read is None else -1
         key = idx.keys[local]
         sample: dict[str, Any] = {"__key__": key, "__url__": shard.url}
         if shard.local_path is not None:
@@ -157,7 +177,12 @@ class TarShards(Dataset[dict[str, Any]]):
             offset, size = int(idx.offsets[m]), int(idx.sizes[m])
             # the header before the data too (offset >= 512), in one read when the data is small
             joined = size <= _JOINED_READ
-            block = _pread(fd, _HEADER + size if joined else _HEADER, offset - _HEADER)
+            length = _HEADER + size if joined else _HEADER
+            block = (
+                _pread(fd, length, offset - _HEADER)
+                if read is None
+                else read(offset - _HEADER, offset - _HEADER + length)
+            )
             header = block[:_HEADER]
             problem = _tarcheck.header_problem(header, key, ext, size)
             if problem is not None:
@@ -168,7 +193,10 @@ class TarShards(Dataset[dict[str, Any]]):
                     "mtime), so its bytes would be another member's. "
                     + _tarindex.rebuild_hint(shard.url)
                 )
-            data = block[_HEADER:] if joined else _pread(fd, size, offset)
+            if joined:
+                data = block[_HEADER:]
+            else:
+                data = _pread(fd, size, offset) if read is None else read(offset, offset + size)
             if len(data) != size:
                 raise ValueError(
                     f"shard {shard.url}: member {key}.{ext} should be {size} bytes at offset "
@@ -262,6 +290,31 @@ class _OpenFiles:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # may run at interpreter exit
             self.close()
+
+
+class RemoteTarShards(TarShards):
+    """What :class:`TarShards` is for remote shards: the same samples, and a batch read at once.
+
+    :meth:`__getitems__` fetches the byte ranges of all of a batch's samples before decoding
+    them — neighbouring samples of one shard in one request, the requests at once — so the
+    loader reads a batch with one call (its randomness keyed by the batch, as for any dataset
+    that reads a batch at once)."""
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        wanted = []
+        for index in indices:
+            i = self._check_index(index)
+            s = bisect.bisect_right(self._starts, i) - 1
+            shard = self._shards[s]
+            if shard.remote is None:
+                continue
+            idx, local = shard.index, i - self._starts[s]
+            first, last = int(idx.starts[local]), int(idx.starts[local + 1]) - 1
+            start = int(idx.offsets[first]) - _HEADER
+            stop = int(idx.offsets[last] + idx.sizes[last])
+            wanted.append((shard.remote, start, stop))
+        remote.prefetch(wanted)
+        return [self[i] for i in indices]
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:

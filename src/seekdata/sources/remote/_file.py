@@ -118,9 +118,10 @@ def _executor() -> ThreadPoolExecutor:
         return _pool[1]
 
 
-def coalesce(ranges: Sequence[tuple[int, int]], gap: int = GAP) -> list[tuple[int, int]]:
+def coalesce(ranges: Sequence[tuple[int, int]], gap: int | None = None) -> list[tuple[int, int]]:
     """The spans to fetch for ``ranges``: sorted, merged where they overlap or lie closer
-    than ``gap`` bytes."""
+    than ``gap`` bytes (default :data:`GAP`)."""
+    gap = GAP if gap is None else gap
     spans: list[list[int]] = []
     for start, stop in sorted(ranges):
         if spans and start <= spans[-1][1] + gap:
@@ -146,7 +147,6 @@ class RemoteFile:
         self.url = url
         self.loc: Location = locate(url, stores.options)
         self.stores = stores
-        self.memory = _memory
         self.cache = cache
         if size is None:
             size, etag = self.head()
@@ -220,15 +220,15 @@ class RemoteFile:
         """A seekable binary file object over this object (for tarfile, pyarrow, numpy)."""
         return RangeIO(self)
 
+    @property
+    def memory(self) -> Memory:
+        """Where fetched bytes are kept: this process's :class:`Memory`."""
+        return _memory
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["memory"]  # the receiving process has its own
-        state["_next"], state["_ahead"] = -1, 0
+        state["_next"], state["_ahead"] = -1, 0  # the receiving process has read nothing yet
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.memory = _memory
 
     def __repr__(self) -> str:
         return f"RemoteFile({self.url!r}, size={self.size})"
