@@ -75,7 +75,9 @@ def describe(
         file = remote.RemoteFile(stores, name, size=size, etag=etag, cache=cache)
     else:
         file, tail = remote.RemoteFile.with_tail(stores, name, _TAIL, cache=cache)
-        file.memory.put(name, file.size - len(tail), tail)  # often the last row group's bytes too
+        file.memory.put(
+            file.version, file.size - len(tail), tail
+        )  # often the last row group's bytes too
         footer = _footer_from_tail(name, file, tail)
         if index_dir is not None:
             head = {

@@ -61,7 +61,8 @@ class Memory:
             self._reset()
 
     def find(self, url: str, start: int, stop: int) -> memoryview | None:
-        """Bytes ``[start, stop)`` of ``url`` if one kept range holds them all."""
+        """Bytes ``[start, stop)`` of ``url`` (an object's version) if one kept range holds
+        them all."""
         self._mine()
         with self._lock:
             starts = self._starts.get(url)
@@ -180,7 +181,7 @@ class RemoteFile:
         stop = min(stop, self.size)
         if start >= stop:
             return b""
-        kept = self.memory.find(self.url, start, stop)
+        kept = self.memory.find(self.version, start, stop)
         if kept is not None:
             self._next = stop
             return bytes(kept)
@@ -193,7 +194,7 @@ class RemoteFile:
         data = self._fetch(start, fetch_stop)
         self._next = stop
         if fetch_stop > stop:
-            self.memory.put(self.url, start, data)
+            self.memory.put(self.version, start, data)
         return bytes(memoryview(data)[: stop - start])
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -219,6 +220,12 @@ class RemoteFile:
     def open(self) -> RangeIO:
         """A seekable binary file object over this object (for tarfile, pyarrow, numpy)."""
         return RangeIO(self)
+
+    @property
+    def version(self) -> str:
+        """What kept bytes are filed under: the URL, the ``ETag`` and the size, so the bytes of
+        one version of an object never serve another's index."""
+        return f"{self.url}\0{self.etag}\0{self.size}"
 
     @property
     def memory(self) -> Memory:
@@ -251,13 +258,13 @@ def prefetch(requests: Sequence[tuple[RemoteFile, int, int]]) -> None:
     by_file: dict[int, tuple[RemoteFile, list[tuple[int, int]]]] = {}
     for file, start, stop in requests:
         stop = min(stop, file.size)
-        if start < stop and file.memory.find(file.url, start, stop) is None:
+        if start < stop and file.memory.find(file.version, start, stop) is None:
             by_file.setdefault(id(file), (file, []))[1].append((start, stop))
     jobs = [(file, a, b) for file, ranges in by_file.values() for a, b in coalesce(ranges)]
     if not jobs:
         return
     for (file, a, b), data in zip(jobs, fetch_all(jobs), strict=True):
-        file.memory.put(file.url, a, data)
+        file.memory.put(file.version, a, data)
         file._next = max(file._next, b)
 
 
@@ -269,12 +276,21 @@ def read_batch(requests: Sequence[tuple[RemoteFile, int, int]]) -> list[bytes]:
 
 
 class RangeIO(io.RawIOBase):
-    """A read-only, seekable file over a :class:`RemoteFile`: each read is a range read."""
+    """A read-only, seekable file over a :class:`RemoteFile` (for tarfile, pyarrow, numpy).
+
+    A read is served from bytes the process keeps (:class:`Memory`: a batch's prefetched
+    ranges), else from this file's own buffer, else fetched: at least the next
+    :data:`FIRST_AHEAD` bytes, doubling while reads move forward, up to :data:`READ_AHEAD`. An
+    index build's pass over an object thus reads it in large ranges, and keeps none of it past
+    the pass."""
 
     def __init__(self, file: RemoteFile) -> None:
         super().__init__()
         self.file = file
         self.pos = 0
+        self._buf: Any = b""
+        self._at = 0  # where self._buf starts in the object
+        self._ahead = 0
 
     def readable(self) -> bool:
         return True
@@ -292,10 +308,21 @@ class RangeIO(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        data = self.file.read(self.pos, self.pos + len(view))
-        view[: len(data)] = data
-        self.pos += len(data)
-        return len(data)
+        start, stop = self.pos, min(self.pos + len(view), self.file.size)
+        if start >= stop:
+            return 0
+        f = self.file
+        data = f.memory.find(f.version, start, stop)
+        if data is None:
+            if not (self._at <= start and stop <= self._at + len(self._buf)):
+                forward = self._at + len(self._buf) <= start <= self._at + len(self._buf) + GAP
+                self._ahead = min(READ_AHEAD, 2 * self._ahead) if forward else FIRST_AHEAD
+                end = min(f.size, max(stop, start + self._ahead))
+                self._buf, self._at = memoryview(f._fetch(start, end)).cast("B"), start
+            data = self._buf[start - self._at : stop - self._at]
+        view[: stop - start] = data
+        self.pos = stop
+        return stop - start
 
     def size(self) -> int:
         return self.file.size
