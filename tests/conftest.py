@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pathlib
+from typing import Any
+
 import pytest
 
 from seekdata.sources.wds import tarindex
@@ -19,3 +22,49 @@ def scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(tarindex, "scan_shard", counting)
     return seen
+
+
+# -- real servers on 127.0.0.1, one of each per test session (tests/helpers/servers.py) ----------
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Any:
+    """moto's S3 server, its own process."""
+    from tests.helpers import servers as _servers
+
+    with _servers.s3_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_proxy(s3_server: Any) -> Any:
+    """The counting, fault-injecting proxy in front of the S3 server (no faults unless a test
+    asks, and then only until it ends)."""
+    from tests.helpers import servers as _servers
+
+    with _servers.fault_proxy(s3_server) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxy(s3_proxy: Any) -> Any:
+    """The proxy, its counters zeroed, its faults off again after the test."""
+    s3_proxy.faults(0)
+    s3_proxy.reset()
+    yield s3_proxy
+    s3_proxy.faults(0)
+
+
+@pytest.fixture(scope="session")
+def http_root(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The folder the HTTP server serves."""
+    return tmp_path_factory.mktemp("http-root")
+
+
+@pytest.fixture(scope="session")
+def http_server(http_root: pathlib.Path) -> Any:
+    """uvicorn serving ``http_root`` with starlette's StaticFiles (Range honoured)."""
+    from tests.helpers import servers as _servers
+
+    with _servers.http_server(http_root) as server:
+        yield server

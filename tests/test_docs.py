@@ -55,6 +55,7 @@ EXTRAS_LINE = re.compile(r"^<!-- extras: (.*) -->$", re.M)
 #: seekdata modules that need an extra (their own imports are not in the page)
 SEEKDATA_EXTRAS = {
     "seekdata.wds": "webdataset",
+    "seekdata.parquet": "parquet",
     "seekdata.integrations.accelerate": "accelerate",
     "seekdata.integrations.transformers": "transformers",
     "seekdata.integrations.lightning": "lightning",

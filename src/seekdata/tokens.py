@@ -20,10 +20,18 @@ The implementation lives in :mod:`seekdata.sources.tokens.corpora`; this module 
 
 from __future__ import annotations
 
-from seekdata.sources.tokens.corpora import IGNORE_INDEX, PackedDocuments, TokenWindows
+from seekdata.sources.tokens.corpora import (
+    IGNORE_INDEX,
+    PackedDocuments,
+    RemotePackedDocuments,
+    RemoteTokenWindows,
+    TokenWindows,
+)
 
 __all__ = [
     "IGNORE_INDEX",
     "PackedDocuments",
+    "RemotePackedDocuments",
+    "RemoteTokenWindows",
     "TokenWindows",
 ]

@@ -12,15 +12,25 @@ Shard-aware orders read :attr:`TarShards.shard_sizes` and
 :attr:`TarShards.shard_starts`, so each worker can stream its shards
 sequentially while the epoch is still shuffled.
 
+Remote shards (``s3://``, ``gs://``, ``az://``, ``https://``, ``hf://``) are read by byte
+range through :mod:`seekdata.sources.remote`; for them ``TarShards(...)`` returns a
+:class:`RemoteTarShards`, which also reads a whole batch at once (docs/remote.md).
+
 The implementation lives in :mod:`seekdata.sources.wds.shards`; this module only re-exports.
 """
 
 from __future__ import annotations
 
-from seekdata.sources.wds.shards import MAX_OPEN_FILES, PICKLE_EXTENSIONS, TarShards
+from seekdata.sources.wds.shards import (
+    MAX_OPEN_FILES,
+    PICKLE_EXTENSIONS,
+    RemoteTarShards,
+    TarShards,
+)
 
 __all__ = [
     "MAX_OPEN_FILES",
     "PICKLE_EXTENSIONS",
+    "RemoteTarShards",
     "TarShards",
 ]

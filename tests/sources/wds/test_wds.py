@@ -248,9 +248,10 @@ def test_pipe_urls_need_allow_pipe_and_index_dir(shards: str, tmp_path: pathlib.
         TarShards("pipe:exit 3", allow_pipe=True, index_dir=tmp_path / "cache")
 
 
-def test_remote_urls_are_refused(shards: str) -> None:
-    with pytest.raises(ValueError, match=r"local files only.*'https' URL"):
-        TarShards("https://example.com/shard-{000..001}.tar")
+def test_unknown_url_schemes_are_refused(shards: str) -> None:
+    # s3://, https://, ... are read by range (tests/test_remote_*.py); others are refused
+    with pytest.raises(ValueError, match=r"remote URLs \(.*s3://.*\), not 'ftp' URLs"):
+        TarShards("ftp://example.com/shard-{000..001}.tar")
 
 
 def test_relative_paths_survive_a_chdir(

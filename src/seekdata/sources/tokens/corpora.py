@@ -16,17 +16,23 @@ import torch
 from torch.utils.data import Dataset
 
 from seekdata._core.checks import check_bool, check_int
+from seekdata.sources import remote
 from seekdata.sources.tokens import index as _tokenindex
 from seekdata.sources.tokens import packing as _packing
 from seekdata.sources.tokens.files import TokenReader, check_dtype, describe, expand_files
 
-__all__ = ["IGNORE_INDEX", "PackedDocuments", "TokenWindows"]
+__all__ = [
+    "IGNORE_INDEX",
+    "PackedDocuments",
+    "RemotePackedDocuments",
+    "RemoteTokenWindows",
+    "TokenWindows",
+]
 
 #: ``labels`` where no token is predicted: cross_entropy's and Hugging Face's ignore_index.
 IGNORE_INDEX = -100
 
 _Files = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
-_HEAD = 8  # first tokens of each file that TokenWindows' signature covers
 _Sample = dict[str, torch.Tensor]
 
 
@@ -42,11 +48,30 @@ class _TokenCorpus(Dataset[_Sample]):
 
     _where = "tokens"
 
+    def __new__(cls, files: Any = None, *args: Any, **kwargs: Any) -> _TokenCorpus:
+        remote_cls = _REMOTE.get(cls)
+        if remote_cls is not None and files is not None:
+            names = expand_files(files, cls._where)
+            if any(map(remote.is_remote, names)):
+                cls = remote_cls  # the same dataset, reading a batch at once
+        return super().__new__(cls)
+
+    def _token_ranges(self, index: int) -> list[tuple[int, int]]:
+        """The token ranges ``self[index]`` reads."""
+        raise NotImplementedError
+
     def __len__(self) -> int:
         raise NotImplementedError
 
     def _setup(
-        self, files: _Files, seq_len: Any, dtype: Any, vocab_size: Any, windows: bool = False
+        self,
+        files: _Files,
+        seq_len: Any,
+        dtype: Any,
+        vocab_size: Any,
+        storage_options: Any = None,
+        cache: Any = None,
+        windows: bool = False,
     ) -> None:
         """``windows``: items read ``seq_len + 1`` tokens of the corpus (packing pads instead)."""
         where = self._where
@@ -56,7 +81,10 @@ class _TokenCorpus(Dataset[_Sample]):
         if vocab_size is not None:
             self.vocab_size = _int(vocab_size, "vocab_size", where, 1, "or leave it None")
         names = expand_files(files, where)
-        self._reader = TokenReader([describe(n, self.dtype) for n in names], self.dtype)
+        stores = remote.Stores(remote.check_options(storage_options, where))
+        cache = remote.check_cache(cache, where)
+        described = [describe(n, self.dtype, stores=stores, cache=cache) for n in names]
+        self._reader = TokenReader(described, self.dtype)
         self._checked = self.vocab_size is None  # True: no read needs the vocabulary check
         if windows and self.seq_len >= self.num_tokens:  # before np.arange(seq_len + 1)
             raise ValueError(
@@ -118,8 +146,14 @@ class _TokenCorpus(Dataset[_Sample]):
         return tokens
 
     def _signature(self, *fields: Any) -> str:
-        spec = repr((type(self).__name__, self.seq_len, self.dtype.str, *fields))
+        # the public name: a remote dataset (RemoteTokenWindows) decides the same items
+        spec = repr((self._where, self.seq_len, self.dtype.str, *fields))
         return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+def _basename(name: str) -> str:
+    """A token file's name without its folder, bucket or query: what names it in a signature."""
+    return name.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
 
 
 class TokenWindows(_TokenCorpus):
@@ -133,6 +167,9 @@ class TokenWindows(_TokenCorpus):
         eos_id: the end-of-document token; given, items also hold ``position_ids`` restarting
             at 0 after each one, for document-masked attention.
         vocab_size: given, every token read is checked to be in ``[0, vocab_size)``.
+        storage_options: for remote files (``s3://``, ``https://``, ``hf://``, ...), the
+            back-end's options (docs/remote.md); None: its usual places (the environment).
+        cache: for remote files, a :class:`seekdata.remote.Cache` on local disk, or None.
 
     An item is ``{"input_ids": the first L tokens, "labels": the last L (each input's next
     token)[, "position_ids"]}``, int64 tensors. ``len()`` is ``(tokens - 1) // L``: the tail
@@ -153,8 +190,10 @@ class TokenWindows(_TokenCorpus):
         dtype: Any = np.uint16,
         eos_id: int | None = None,
         vocab_size: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
     ) -> None:
-        self._setup(files, seq_len, dtype, vocab_size, windows=True)
+        self._setup(files, seq_len, dtype, vocab_size, storage_options, cache, windows=True)
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
         self._len = (self.num_tokens - 1) // self.seq_len  # >= 1: _setup checked seq_len
         self._signatures: dict[int, str] = {}  # signature_of_first, by n
@@ -172,18 +211,19 @@ class TokenWindows(_TokenCorpus):
         """The :attr:`stream_signature` of windows ``[0, n)``: what a corpus of only these
         windows had, so a corpus that grew by files appended after the old ones still has its
         old signature there. It covers seq_len, dtype, eos_id, ``n`` and, for each file that
-        holds the windows' tokens (``[0, n·L + 1)``), in order, its token count and first
-        tokens (equal-size files in another order are another corpus)."""
-        if n not in self._signatures:  # one read of a few tokens per file, once
+        holds the windows' tokens (``[0, n·L + 1)``), in order, its name (without the folder or
+        bucket: a copy elsewhere, local or remote, is the same corpus) and token count, so
+        equal-size files in another order are another corpus. Nothing is read: a resume over
+        remote files costs no request for it."""
+        if n not in self._signatures:
             last = self._reader.file_at(n * self.seq_len)  # the last token window n - 1 reads
-            reader = self._reader
-            files = [
-                (f.tokens, reader.read(start, start + min(_HEAD, f.tokens)).tolist())
-                for f, start in zip(reader.files[: last + 1], reader.starts, strict=False)
-            ]
+            files = [(_basename(f.name), f.tokens) for f in self._reader.files[: last + 1]]
             digest = self._signature(self.eos_id, n, files)
             self._signatures[n] = f"TokenWindows(seq_len={self.seq_len}, windows={n}, {digest})"
         return self._signatures[n]
+
+    def _token_ranges(self, index: int) -> list[tuple[int, int]]:
+        return [(index * self.seq_len, (index + 1) * self.seq_len + 1)]
 
     def __getitem__(self, index: SupportsIndex) -> _Sample:
         i = self._check_index(index)
@@ -229,6 +269,8 @@ class PackedDocuments(_TokenCorpus):
         index_dir: where the boundary indexes live; default: beside each file.
         rebuild_index: rebuild the index of a file that changed since it was indexed, instead
             of raising ``ValueError``.
+        storage_options: for remote files, the back-end's options (docs/remote.md).
+        cache: for remote files, a :class:`seekdata.remote.Cache` on local disk, or None.
 
     An item is ``{"input_ids", "labels", "position_ids"}``, int64 tensors of ``L``: the
     documents one after another, then ``pad_id``. ``labels`` is each token's next token within
@@ -266,9 +308,11 @@ class PackedDocuments(_TokenCorpus):
         document_ends: Any = None,
         index_dir: str | os.PathLike[str] | None = None,
         rebuild_index: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
     ) -> None:
         where = self._where
-        self._setup(files, seq_len, dtype, vocab_size)
+        self._setup(files, seq_len, dtype, vocab_size, storage_options, cache)
         if self.seq_len > _packing.MAX_SEQ_LEN:  # the packer counts documents per length
             raise ValueError(
                 f"{where}: seq_len must be at most {_packing.MAX_SEQ_LEN:,} tokens (the packing "
@@ -389,6 +433,13 @@ class PackedDocuments(_TokenCorpus):
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _token_ranges(self, index: int) -> list[tuple[int, int]]:
+        out = []
+        for s in self._packing.segments(index):
+            whole = s.stop == self._bounds[s.document + 1]  # else a piece: one token more
+            out.append((s.start, s.stop if whole else s.stop + 1))
+        return out
+
     def __getitem__(self, index: SupportsIndex) -> _Sample:
         length = self.seq_len
         ids = np.full(length, self.pad_id, dtype=np.int64)
@@ -454,3 +505,31 @@ class PackedDocuments(_TokenCorpus):
             f"seq_len={self.seq_len}, {len(self)} sequences, "
             f"{100 * self.utilization:.2f}% tokens)"
         )
+
+
+class _RemoteBatches:
+    """For datasets over remote token files: ``__getitems__`` fetches the byte ranges of all
+    of a batch's items at once (neighbours in one request, the requests concurrently) before
+    reading them, so the loader reads a batch with one call."""
+
+    def __getitems__(self: Any, indices: Sequence[int]) -> list[_Sample]:
+        wanted = []
+        for index in indices:
+            for start, stop in self._token_ranges(self._check_index(index)):
+                wanted += self._reader.byte_ranges(start, stop)
+        remote.prefetch(wanted)
+        return [self[i] for i in indices]
+
+
+class RemoteTokenWindows(_RemoteBatches, TokenWindows):
+    """What :class:`TokenWindows` is over remote files: the same items, a batch read at once."""
+
+
+class RemotePackedDocuments(_RemoteBatches, PackedDocuments):
+    """What :class:`PackedDocuments` is over remote files: the same items, a batch read at once."""
+
+
+_REMOTE: dict[type, type] = {
+    TokenWindows: RemoteTokenWindows,
+    PackedDocuments: RemotePackedDocuments,
+}

@@ -16,15 +16,18 @@ file rewritten after the dataset was built is an error, not other tokens.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from seekdata.sources.remote.urls import is_remote
 
 #: Most token files one process keeps mapped at once (least recently read ones are dropped).
 MAX_OPEN_FILES = 128
@@ -85,11 +88,19 @@ class TokenFile:
     offset: int  #: bytes before the first token (a ``.npy`` header; 0 for raw files)
     tokens: int  #: number of tokens
     size: int  #: file size in bytes when described
-    mtime_ns: int  #: file mtime when described
+    mtime_ns: int  #: file mtime when described (0 for a remote file)
+    etag: str | None = None  #: a remote file's ETag when described
+    #: a remote file's object (``seekdata.sources.remote.RemoteFile``); None for a local file
+    remote: Any = field(default=None, compare=False)
 
 
-def describe(name: str, dtype: np.dtype[Any]) -> TokenFile:
-    """Stat and check one token file; a ``ValueError`` naming it when it cannot be one."""
+def describe(
+    name: str, dtype: np.dtype[Any], *, stores: Any = None, cache: Any = None
+) -> TokenFile:
+    """Stat and check one token file; a ``ValueError`` naming it when it cannot be one.
+    A remote ``name`` is read through ``stores`` (its ``storage_options``) and ``cache``."""
+    if is_remote(name):
+        return _describe_remote(name, dtype, stores, cache)
     try:
         st = os.stat(name)
     except FileNotFoundError as exc:
@@ -97,7 +108,21 @@ def describe(name: str, dtype: np.dtype[Any]) -> TokenFile:
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"token file {name}: expected a file, got a directory or device")
     offset = _npy_offset(name, dtype, st.st_size) if name.endswith(".npy") else 0
-    body = st.st_size - offset
+    tokens = _count(name, dtype, st.st_size - offset)
+    return TokenFile(name, os.path.abspath(name), offset, tokens, st.st_size, st.st_mtime_ns)
+
+
+def _describe_remote(name: str, dtype: np.dtype[Any], stores: Any, cache: Any) -> TokenFile:
+    from seekdata.sources.remote import RemoteFile, Stores
+
+    file = RemoteFile(stores if stores is not None else Stores({}), name, cache=cache)
+    offset = _npy_offset(name, dtype, file.size, file.open()) if name.endswith(".npy") else 0
+    tokens = _count(name, dtype, file.size - offset)
+    return TokenFile(name, name, offset, tokens, file.size, 0, file.etag, file)
+
+
+def _count(name: str, dtype: np.dtype[Any], body: int) -> int:
+    """Tokens in ``body`` bytes of a token file; a ValueError when that is not a whole number."""
     if body % dtype.itemsize:
         raise ValueError(
             f"token file {name}: {body} bytes of tokens is not a whole number of {dtype} tokens "
@@ -106,15 +131,14 @@ def describe(name: str, dtype: np.dtype[Any]) -> TokenFile:
         )
     if body == 0:
         raise ValueError(f"token file {name} holds no tokens (it is empty); drop it from files")
-    return TokenFile(
-        name, os.path.abspath(name), offset, body // dtype.itemsize, st.st_size, st.st_mtime_ns
-    )
+    return body // dtype.itemsize
 
 
-def _npy_offset(name: str, dtype: np.dtype[Any], size: int) -> int:
-    """Bytes before the data of a ``np.save`` file; 0 for a raw file named ``.npy``."""
+def _npy_offset(name: str, dtype: np.dtype[Any], size: int, file: Any = None) -> int:
+    """Bytes before the data of a ``np.save`` file; 0 for a raw file named ``.npy``. Read from
+    the local file ``name``, or from ``file`` (a remote one) when given."""
     fmt = np.lib.format
-    with open(name, "rb") as f:
+    with open(name, "rb") if file is None else contextlib.nullcontext(file) as f:
         if f.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
             return 0  # OLMo writes its token arrays with np.memmap: no header
         f.seek(0)
@@ -178,13 +202,36 @@ class TokenReader:
         k = bisect.bisect_right(self.starts, start) - 1
         base = self.starts[k]
         if stop <= self.starts[k + 1]:
-            return self.tokens(k)[start - base : stop - base]
+            if self.files[k].remote is None:
+                return self.tokens(k)[start - base : stop - base]
+            return self._remote(k, start - base, stop - base)
         parts = []
         while start < stop:  # a read across files: their tokens in order
             end = min(stop, self.starts[k + 1])
-            parts.append(self.tokens(k)[start - self.starts[k] : end - self.starts[k]])
+            a, b = start - self.starts[k], end - self.starts[k]
+            parts.append(
+                self.tokens(k)[a:b] if self.files[k].remote is None else self._remote(k, a, b)
+            )
             start, k = end, k + 1
         return np.concatenate(parts)
+
+    def byte_ranges(self, start: int, stop: int) -> list[tuple[Any, int, int]]:
+        """``(remote file, first byte, end byte)`` of tokens ``[start, stop)`` in remote files
+        (a batch's reads, fetched ahead at once); local files are left out."""
+        out = []
+        k, size = bisect.bisect_right(self.starts, start) - 1, self.dtype.itemsize
+        while start < stop:
+            end = min(stop, self.starts[k + 1])
+            f = self.files[k]
+            if f.remote is not None:
+                base = f.offset - self.starts[k] * size
+                out.append((f.remote, base + start * size, base + end * size))
+            start, k = end, k + 1
+        return out
+
+    def _remote(self, k: int, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the remote file ``k``: one range read."""
+        return token_array(self.files[k], self.dtype)[start:stop]
 
     def tokens(self, k: int) -> np.ndarray:
         """All tokens of file ``k``, memory-mapped (opened on first use in this process)."""
@@ -225,3 +272,27 @@ class TokenReader:
         self._lock = threading.Lock()
         self._maps = OrderedDict()
         self._pid = os.getpid()
+
+
+class RemoteTokens:
+    """The tokens of a remote file as far as slicing goes: ``[a:b]`` is one range read."""
+
+    def __init__(self, f: TokenFile, dtype: np.dtype[Any]) -> None:
+        self.file, self.dtype = f, dtype
+
+    def __len__(self) -> int:
+        return self.file.tokens
+
+    def __getitem__(self, index: slice) -> np.ndarray:
+        start, stop, _ = index.indices(self.file.tokens)
+        size, at = self.dtype.itemsize, self.file.offset
+        data = self.file.remote.read(at + start * size, at + max(start, stop) * size)
+        return np.frombuffer(data, dtype=self.dtype)
+
+
+def token_array(f: TokenFile, dtype: np.dtype[Any]) -> Any:
+    """All tokens of ``f`` for slicing: a memmap of a local file, :class:`RemoteTokens` of a
+    remote one (read as sliced)."""
+    if f.remote is not None:
+        return RemoteTokens(f, dtype)
+    return np.memmap(f.path, dtype=dtype, mode="r", offset=f.offset, shape=(f.tokens,))

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from seekdata.sources.tokens.files import TokenFile, describe
+from seekdata.sources.remote import indexes as _indexes
+from seekdata.sources.tokens.files import TokenFile, describe, token_array
 
 #: ``format`` field of every index header.
 INDEX_FORMAT = "seekdata-token-docs"
@@ -53,6 +54,7 @@ class DocIndex:
     min_id: int  #: smallest token id in the file
     max_id: int  #: largest token id in the file
     ends: np.ndarray  #: int64: one past each end-of-document token, increasing
+    etag: str | None = None  #: a remote file's ETag when indexed
 
     def header(self, name: str, digest: str) -> dict[str, Any]:
         return {
@@ -68,6 +70,7 @@ class DocIndex:
             "min_id": self.min_id,
             "max_id": self.max_id,
             "blake2b": digest,
+            **({} if self.etag is None else {"etag": self.etag}),
         }
 
 
@@ -97,8 +100,9 @@ def _digest(tokens: int, min_id: int, max_id: int, ends: np.ndarray) -> str:
 
 
 def scan(f: TokenFile, dtype: np.dtype[Any], eos_id: int) -> DocIndex:
-    """Find the end-of-document tokens of one file, a chunk of tokens at a time."""
-    tokens = np.memmap(f.path, dtype=dtype, mode="r", offset=f.offset, shape=(f.tokens,))
+    """Find the end-of-document tokens of one file, a chunk of tokens at a time (a remote
+    file: one forward pass of range reads)."""
+    tokens = token_array(f, dtype)
     ends, low, high = [], None, None
     for start in range(0, f.tokens, _CHUNK):
         chunk = np.asarray(tokens[start : start + _CHUNK])
@@ -107,17 +111,23 @@ def scan(f: TokenFile, dtype: np.dtype[Any], eos_id: int) -> DocIndex:
         low, high = lo if low is None else min(low, lo), hi if high is None else max(high, hi)
     del tokens
     assert low is not None and high is not None  # a described file holds a token
-    st = os.stat(f.path)
+    size, mtime_ns = (f.size, 0) if f.remote is not None else _stamp(f.path)
     return DocIndex(
-        size=st.st_size,
-        mtime_ns=st.st_mtime_ns,
+        size=size,
+        mtime_ns=mtime_ns,
         dtype=dtype.str,
         eos_id=eos_id,
         tokens=f.tokens,
         min_id=low,
         max_id=high,
         ends=np.concatenate(ends),
+        etag=f.etag,
     )
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
 
 
 class _Unsound(Exception):
@@ -130,39 +140,74 @@ def _read(ipath: str, dtype: np.dtype[Any], eos_id: int) -> DocIndex | None:
     try:
         with open(ipath, "rb") as fp:
             line = fp.readline(_MAX_HEADER)
+        size = os.path.getsize(ipath)
+    except OSError:
+        return None
+    return _parse(line, size, dtype, eos_id, lambda count: np.memmap(
+        ipath, dtype="<i8", mode="r", offset=len(line), shape=(count,)
+    ))  # fmt: skip
+
+
+def _parse(
+    line: bytes,
+    size: int,
+    dtype: np.dtype[Any],
+    eos_id: int,
+    offsets: Callable[[int], np.ndarray],
+) -> DocIndex | None:
+    """The index whose header line is ``line`` and whose whole is ``size`` bytes, its ``count``
+    offsets read by ``offsets(count)``; None or :class:`_Unsound` as :func:`_read` says."""
+    try:
         head = json.loads(line)
         if (head["format"], head["version"]) != (INDEX_FORMAT, INDEX_VERSION):
             return None
         if (head["dtype"], head["eos_id"]) != (dtype.str, eos_id):
             return None  # an index for other arguments: rebuilt for these
         count, tokens = int(head["documents"]), int(head["tokens"])
-        size = os.path.getsize(ipath)
         stamp = (int(head["size"]), int(head["mtime_ns"]), int(head["min_id"]))
         high, digest = int(head["max_id"]), str(head["blake2b"])
-    except (OSError, ValueError, KeyError, TypeError):
+        etag = None if head.get("etag") is None else str(head["etag"])
+    except (ValueError, KeyError, TypeError):
         return None
     if size != len(line) + 8 * count or len(line) % _ALIGN:
         raise _Unsound(f"its header says {count} documents, but it holds {size - len(line)} bytes")
-    ends = np.memmap(ipath, dtype="<i8", mode="r", offset=len(line), shape=(count,))
+    ends = offsets(count)
     if count and not (ends[0] >= 1 and ends[-1] <= tokens and bool((ends[1:] > ends[:-1]).all())):
         raise _Unsound(f"its offsets are not increasing within the file's {tokens} tokens")
     if _digest(tokens, stamp[2], high, ends) != digest:
         raise _Unsound("its offsets or recorded ids do not match the digest in its header")
-    return DocIndex(stamp[0], stamp[1], dtype.str, eos_id, tokens, stamp[2], high, ends)
+    return DocIndex(stamp[0], stamp[1], dtype.str, eos_id, tokens, stamp[2], high, ends, etag)
+
+
+def _encode(index: DocIndex, name: str) -> bytes:
+    """The index file's bytes: its header line, padded, then the offsets."""
+    digest = _digest(index.tokens, index.min_id, index.max_id, index.ends)
+    line = json.dumps(index.header(name, digest), separators=(",", ":")).encode()
+    pad = -(len(line) + 1) % _ALIGN
+    return line + b" " * pad + b"\n" + np.ascontiguousarray(index.ends, dtype="<i8").tobytes()
 
 
 def _write(ipath: str, index: DocIndex, name: str) -> None:
     directory = os.path.dirname(ipath)
     if directory:
         os.makedirs(directory, exist_ok=True)
-    digest = _digest(index.tokens, index.min_id, index.max_id, index.ends)
-    line = json.dumps(index.header(name, digest), separators=(",", ":")).encode()
-    pad = -(len(line) + 1) % _ALIGN
     tmp = f"{ipath}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # atomic: ranks may race
     with open(tmp, "wb") as fp:
-        fp.write(line + b" " * pad + b"\n")
-        fp.write(np.ascontiguousarray(index.ends, dtype="<i8").tobytes())
+        fp.write(_encode(index, name))
     os.replace(tmp, ipath)
+
+
+def _read_remote(
+    f: TokenFile, dtype: np.dtype[Any], eos_id: int, index_dir: str | None
+) -> DocIndex | None:
+    """The kept index of the remote file ``f``, read in one request (or from ``index_dir``)."""
+    data = _indexes.load(f.remote.stores, f.name, INDEX_SUFFIX, index_dir)
+    if data is None:
+        return None
+    line = data[: data.find(b"\n") + 1] if b"\n" in data[:_MAX_HEADER] else b""
+    return _parse(line, len(data), dtype, eos_id, lambda count: np.frombuffer(
+        data, dtype="<i8", count=count, offset=len(line)
+    ))  # fmt: skip
 
 
 def load_or_build(
@@ -174,11 +219,22 @@ def load_or_build(
     rebuild: bool = False,
     force: bool = False,
 ) -> DocIndex:
-    """The validated boundary index of one token file; see the module docstring for the rules."""
-    ipath = index_path(f.path, index_dir)
+    """The validated boundary index of one token file; see the module docstring for the rules.
+    A remote file's index is kept beside it (or under ``index_dir``) and stamped with its
+    ``ETag`` instead of its mtime."""
+    remote = f.remote is not None
+    ipath = (
+        _indexes.where(f.name, INDEX_SUFFIX, index_dir) if remote else index_path(f.path, index_dir)
+    )
     hint = rebuild_hint(f.name, eos_id, dtype)
     try:
-        old = None if force else _read(ipath, dtype, eos_id)
+        old = (
+            None
+            if force
+            else _read_remote(f, dtype, eos_id, index_dir)
+            if remote
+            else _read(ipath, dtype, eos_id)
+        )
     except _Unsound as exc:
         if not rebuild:
             raise ValueError(
@@ -186,16 +242,21 @@ def load_or_build(
                 f"it was edited or corrupted. {hint}"
             ) from None
         old = None
-    if old is not None and (old.size, old.mtime_ns) == (f.size, f.mtime_ns):
+    if old is not None and (old.size, old.mtime_ns, old.etag) == (f.size, f.mtime_ns, f.etag):
         return old
     if old is not None and old.size != f.size and not rebuild:
         raise _changed(f, old, hint)
+    if remote:  # before a pass over the file: somewhere to keep the index
+        _indexes.check_place(f.remote.stores, f.name, INDEX_SUFFIX, index_dir)
     new = scan(f, dtype, eos_id)
     unchanged = old is not None and np.array_equal(old.ends, new.ends)
     if old is not None and not unchanged and not rebuild:
         raise _changed(f, old, hint)
     try:
-        _write(ipath, new, f.name)
+        if remote:
+            _indexes.save(f.remote.stores, f.name, INDEX_SUFFIX, index_dir, _encode(new, f.name))
+        else:
+            _write(ipath, new, f.name)
     except OSError as exc:
         if not unchanged:  # an unchanged index with a stale stamp still describes the file
             raise ValueError(
@@ -239,10 +300,10 @@ def check_vocab(f: TokenFile, index: DocIndex, dtype: np.dtype[Any], vocab_size:
     """Refuse ``f`` when its recorded ids leave ``[0, vocab_size)``, naming the first such token."""
     if index.min_id >= 0 and index.max_id < vocab_size:
         return
-    tokens = np.memmap(f.path, dtype=dtype, mode="r", offset=f.offset, shape=(f.tokens,))
+    tokens = token_array(f, dtype)
     position = first_out_of_vocab(tokens, vocab_size)
     where = 0 if position is None else position  # None: the file changed since it was indexed
-    raise vocab_error(f.name, where, int(tokens[where]), vocab_size)
+    raise vocab_error(f.name, where, int(tokens[where : where + 1][0]), vocab_size)
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from torch.utils.data import Dataset
 from webdataset import autodecode
 
 from seekdata._core.checks import check_bool
+from seekdata.sources import remote
 from seekdata.sources.wds import tarcheck as _tarcheck
 from seekdata.sources.wds import tarindex as _tarindex
 from seekdata.sources.wds import urls as _shardurls
 from seekdata.sources.wds.tarindex import Shard
 
-__all__ = ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "TarShards"]
+__all__ = ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "RemoteTarShards", "TarShards"]
 
 #: Extensions webdataset decodes with :func:`pickle.loads`; refused unless ``allow_pickle``.
 PICKLE_EXTENSIONS = frozenset({"pkl", "pickle", "pyd"})
@@ -63,6 +64,10 @@ class TarShards(Dataset[dict[str, Any]]):
             run once and its output copied to ``index_dir``, which must be given.
         rebuild_index: rebuild the index of a shard that changed since it was
             indexed, instead of raising ``ValueError``.
+        storage_options: for remote URLs, the back-end's options (credentials, endpoint,
+            region; docs/remote.md); None: its usual places (the environment).
+        cache: for remote URLs, a :class:`seekdata.remote.Cache` of fetched bytes on local
+            disk, or None.
 
     Each sample is read with one positioned read per member; nothing before it
     in the shard is read. Open files are cached per process and thread (at
@@ -74,6 +79,12 @@ class TarShards(Dataset[dict[str, Any]]):
     #: old ones keep every old sample; checked: a growth must be by whole shards.
     append_stable = True
 
+    def __new__(cls, urls: Any = None, *args: Any, **kwargs: Any) -> TarShards:
+        remote_urls = urls is not None and any(map(remote.is_remote, _shardurls.expand_urls(urls)))
+        if cls is TarShards and remote_urls:
+            cls = RemoteTarShards  # the same dataset, reading a batch at once
+        return super().__new__(cls)
+
     def __init__(
         self,
         urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -83,6 +94,8 @@ class TarShards(Dataset[dict[str, Any]]):
         allow_pickle: bool = False,
         allow_pipe: bool = False,
         rebuild_index: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        cache: remote.Cache | None = None,
     ) -> None:
         for name, flag in (
             ("allow_pickle", allow_pickle),
@@ -102,6 +115,8 @@ class TarShards(Dataset[dict[str, Any]]):
             index_dir=None if index_dir is None else os.fspath(index_dir),
             allow_pipe=allow_pipe,
             rebuild=rebuild_index,
+            stores=remote.Stores(remote.check_options(storage_options, "TarShards")),
+            cache=remote.check_cache(cache, "TarShards"),
         )
         self._starts = list(itertools.accumulate(self.shard_sizes, initial=0))
         self._local = threading.local()
@@ -176,7 +191,8 @@ class TarShards(Dataset[dict[str, Any]]):
         shard = self._shards[s]
         idx = shard.index
         local = i - self._starts[s]
-        fd = self._open_files().get(shard)
+        read = None if shard.remote is None else shard.remote.read  # a range read (start, stop)
+        fd = self._open_files().get(shard) if read is None else -1
         key = idx.keys[local]
         sample: dict[str, Any] = {"__key__": key, "__url__": shard.url}
         if shard.local_path is not None:
@@ -186,7 +202,12 @@ class TarShards(Dataset[dict[str, Any]]):
             offset, size = int(idx.offsets[m]), int(idx.sizes[m])
             # the header before the data too (offset >= 512), in one read when the data is small
             joined = size <= _JOINED_READ
-            block = _pread(fd, _HEADER + size if joined else _HEADER, offset - _HEADER)
+            length = _HEADER + size if joined else _HEADER
+            block = (
+                _pread(fd, length, offset - _HEADER)
+                if read is None
+                else read(offset - _HEADER, offset - _HEADER + length)
+            )
             header = block[:_HEADER]
             problem = _tarcheck.header_problem(header, key, ext, size)
             if problem is not None:
@@ -197,7 +218,10 @@ class TarShards(Dataset[dict[str, Any]]):
                     "mtime), so its bytes would be another member's. "
                     + _tarindex.rebuild_hint(shard.url)
                 )
-            data = block[_HEADER:] if joined else _pread(fd, size, offset)
+            if joined:
+                data = block[_HEADER:]
+            else:
+                data = _pread(fd, size, offset) if read is None else read(offset, offset + size)
             if len(data) != size:
                 raise ValueError(
                     f"shard {shard.url}: member {key}.{ext} should be {size} bytes at offset "
@@ -291,6 +315,31 @@ class _OpenFiles:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # may run at interpreter exit
             self.close()
+
+
+class RemoteTarShards(TarShards):
+    """What :class:`TarShards` is for remote shards: the same samples, and a batch read at once.
+
+    :meth:`__getitems__` fetches the byte ranges of all of a batch's samples before decoding
+    them — neighbouring samples of one shard in one request, the requests at once — so the
+    loader reads a batch with one call (its randomness keyed by the batch, as for any dataset
+    that reads a batch at once)."""
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        wanted = []
+        for index in indices:
+            i = self._check_index(index)
+            s = bisect.bisect_right(self._starts, i) - 1
+            shard = self._shards[s]
+            if shard.remote is None:
+                continue
+            idx, local = shard.index, i - self._starts[s]
+            first, last = int(idx.starts[local]), int(idx.starts[local + 1]) - 1
+            start = int(idx.offsets[first]) - _HEADER
+            stop = int(idx.offsets[last] + idx.sizes[last])
+            wanted.append((shard.remote, start, stop))
+        remote.prefetch(wanted)
+        return [self[i] for i in indices]
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:

@@ -18,9 +18,11 @@ sample. These checks make both impossible at almost no cost:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import tarfile
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from webdataset.tariterators import base_plus_ext
@@ -152,12 +154,15 @@ def ignored(info: tarfile.TarInfo) -> bool:
     return not info.isreg() or (name.startswith("__") and name.endswith("__") and "/" not in name)
 
 
-def unlisted_member(path: str, index: Any) -> str | None:
-    """A sample's member in the shard at ``path`` between the members a sound ``index`` lists
-    (see :func:`unlisted_regions`: usually there is no such range, and nothing is read), or bytes
+def unlisted_member(path: str | BinaryIO | io.RawIOBase, index: Any) -> str | None:
+    """A sample's member in the shard at ``path`` (or in the binary file ``path``: a remote
+    shard read by range) between the members a sound ``index`` lists (see
+    :func:`unlisted_regions`: usually there is no such range, and nothing is read), or bytes
     there that are not tar headers; None when all there is what webdataset skips (a folder, a
     ``__meta__``, a file without an extension)."""
-    with open(path, "rb") as f:
+    # a remote shard's file object is its caller's to keep
+    opened = open(path, "rb") if isinstance(path, str) else contextlib.nullcontext(path)  # noqa: SIM115
+    with opened as f:
         for start, stop in unlisted_regions(index):
             f.seek(start)
             try:

@@ -11,6 +11,7 @@ changed: a ``ValueError`` naming it, unless ``rebuild=True``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -26,7 +27,7 @@ import numpy as np
 from webdataset.tariterators import base_plus_ext
 
 from seekdata.sources.wds import tarcheck as _tarcheck
-from seekdata.sources.wds.urls import local_path, url_scheme
+from seekdata.sources.wds.urls import is_remote, local_path, url_scheme
 
 #: ``format`` field of every index file.
 INDEX_FORMAT = "seekdata-wds-index"
@@ -55,11 +56,13 @@ class ShardIndex:
     #: (stored as runs of equal values)
     headers: np.ndarray
     end: int  #: offset of the end-of-archive marker
+    etag: str | None = None  #: a remote shard's ETag when indexed (None: a local file)
 
     def same_layout(self, other: ShardIndex) -> bool:
         """Whether both describe the same samples at the same offsets (stamps aside)."""
         mine, theirs = self.to_json(""), other.to_json("")
-        return all(mine[k] == theirs[k] for k in mine if k not in ("size", "mtime_ns"))
+        stamps = ("size", "mtime_ns", "etag")
+        return all(mine.get(k) == theirs.get(k) for k in mine.keys() | theirs if k not in stamps)
 
     def to_json(self, shard: str) -> dict[str, Any]:
         return {
@@ -76,6 +79,7 @@ class ShardIndex:
             "sizes": self.sizes.tolist(),
             "headers": _runs(self.headers),
             "end": self.end,
+            **({} if self.etag is None else {"etag": self.etag}),
         }
 
     @classmethod
@@ -96,6 +100,7 @@ class ShardIndex:
                 sizes=np.asarray(doc["sizes"], dtype=np.int64),
                 headers=_unruns(doc["headers"]),
                 end=int(doc["end"]),
+                etag=None if doc.get("etag") is None else str(doc["etag"]),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -134,6 +139,8 @@ class Shard:
     index: ShardIndex
     #: ``__local_path__`` of its samples, as webdataset sets it: None for ``pipe:`` shards
     local_path: str | None
+    #: a remote shard's object (``seekdata.sources.remote.RemoteFile``), read by byte range
+    remote: Any = None
 
 
 def index_path(path: str, index_dir: str | None) -> str:
@@ -148,6 +155,13 @@ def index_path(path: str, index_dir: str | None) -> str:
 def scan_shard(path: str, url: str) -> ShardIndex:
     """Index one local tar shard by reading its headers with :mod:`tarfile`."""
     st = os.stat(path)
+    with open(path, "rb") as f:
+        return scan_tar(f, url, st.st_size, st.st_mtime_ns)
+
+
+def scan_tar(f: Any, url: str, size: int, mtime_ns: int, etag: str | None = None) -> ShardIndex:
+    """Index one tar shard read from the binary file ``f`` (a local file, or a remote one
+    read by range), in one forward pass over its headers."""
     keys: list[str] = []
     exts: dict[str, int] = {}
     starts: list[int] = []  # member index where each sample starts, then the end
@@ -156,51 +170,50 @@ def scan_shard(path: str, url: str) -> ShardIndex:
     sizes: list[int] = []
     headers: list[int] = []
     current: set[str] = set()
-    with open(path, "rb") as f:
-        magic = f.read(8)
-        for prefix, kind in _COMPRESSED.items():
-            if magic.startswith(prefix):
-                raise ValueError(
-                    f"shard {url}: random access needs an uncompressed tar, but this one is "
-                    f"{kind}-compressed; decompress it (e.g. `gunzip`) and index the .tar"
-                )
-        f.seek(0)
-        try:
-            tar = tarfile.open(fileobj=f, mode="r:")  # noqa: SIM115 - the open must be in try
-        except tarfile.TarError as exc:
+    magic = f.read(8)
+    for prefix, kind in _COMPRESSED.items():
+        if magic.startswith(prefix):
             raise ValueError(
-                f"shard {url} is not a readable tar file ({exc}): it is truncated, corrupt, "
-                "or not a tar; check the path, or rewrite the shard"
-            ) from exc
-        with tar:
-            for info in _sample_members(tar, url):
-                key, ext = base_plus_ext(info.name)
-                if key is None:
-                    continue
-                ext = ext.lower()
-                if not keys or key != keys[-1]:
-                    keys.append(key)
-                    starts.append(len(offsets))
-                    current = set()
-                if ext in current:
-                    raise ValueError(
-                        f"shard {url}: sample {key!r} has two members with extension {ext!r} "
-                        f"(at {info.name!r}); each extension may appear once per sample"
-                    )
-                current.add(ext)
-                member_ext.append(exts.setdefault(ext, len(exts)))
-                offsets.append(info.offset_data)
-                sizes.append(info.size)
-                headers.append(info.offset_data - info.offset)
-                tar.members = []  # type: ignore[attr-defined]  # not in typeshed; keeps memory flat
-            end = tar.offset
-        f.seek(end)
-        if f.read(_BLOCK) != bytes(_BLOCK):
-            raise ValueError(_truncated(url, f"no end-of-archive marker at byte {end}"))
+                f"shard {url}: random access needs an uncompressed tar, but this one is "
+                f"{kind}-compressed; decompress it (e.g. `gunzip`) and index the .tar"
+            )
+    f.seek(0)
+    try:
+        tar = tarfile.open(fileobj=f, mode="r:")  # noqa: SIM115 - the open must be in try
+    except tarfile.TarError as exc:
+        raise ValueError(
+            f"shard {url} is not a readable tar file ({exc}): it is truncated, corrupt, "
+            "or not a tar; check the path, or rewrite the shard"
+        ) from exc
+    with tar:
+        for info in _sample_members(tar, url):
+            key, ext = base_plus_ext(info.name)
+            if key is None:
+                continue
+            ext = ext.lower()
+            if not keys or key != keys[-1]:
+                keys.append(key)
+                starts.append(len(offsets))
+                current = set()
+            if ext in current:
+                raise ValueError(
+                    f"shard {url}: sample {key!r} has two members with extension {ext!r} "
+                    f"(at {info.name!r}); each extension may appear once per sample"
+                )
+            current.add(ext)
+            member_ext.append(exts.setdefault(ext, len(exts)))
+            offsets.append(info.offset_data)
+            sizes.append(info.size)
+            headers.append(info.offset_data - info.offset)
+            tar.members = []  # type: ignore[attr-defined]  # not in typeshed; keeps memory flat
+        end = tar.offset
+    f.seek(end)
+    if f.read(_BLOCK) != bytes(_BLOCK):
+        raise ValueError(_truncated(url, f"no end-of-archive marker at byte {end}"))
     starts.append(len(offsets))
     return ShardIndex(
-        size=st.st_size,
-        mtime_ns=st.st_mtime_ns,
+        size=size,
+        mtime_ns=mtime_ns,
         keys=keys,
         exts=list(exts),
         starts=np.asarray(starts, dtype=np.int64),
@@ -209,6 +222,7 @@ def scan_shard(path: str, url: str) -> ShardIndex:
         sizes=np.asarray(sizes, dtype=np.int64),
         headers=np.asarray(headers, dtype=np.int64),
         end=end,
+        etag=etag,
     )
 
 
@@ -320,6 +334,43 @@ def _changed(url: str, old: ShardIndex, st: os.stat_result) -> ValueError:
     )
 
 
+def load_or_build_remote(
+    url: str, *, stores: Any, cache: Any, index_dir: str | None, rebuild: bool, force: bool
+) -> Shard:
+    """The index of a remote shard: kept beside it (or under ``index_dir``) and read in one
+    request, else built by one forward pass of range reads and kept. It records the object's
+    ``ETag``, and every read of the shard carries it (``If-Match``): a shard replaced under its
+    index is refused at its first read, naming it. ``rebuild`` compares the stamp now (one HEAD)
+    and builds the index again when the object changed."""
+    from seekdata.sources import remote
+    from seekdata.sources.remote import indexes as _indexes
+
+    kept = None if force else _indexes.load(stores, url, INDEX_SUFFIX, index_dir)
+    old = None
+    if kept is not None:
+        with contextlib.suppress(ValueError):
+            old = ShardIndex.from_json(json.loads(kept))
+    if old is not None and old.etag is not None:
+        problem = _tarcheck.index_problem(old)
+        file = remote.RemoteFile(stores, url, size=old.size, etag=old.etag, cache=cache)
+        if problem is None and not (rebuild and file.head() != (old.size, old.etag)):
+            problem = _tarcheck.unlisted_member(file.open(), old)
+            if problem is None:
+                return Shard(url, url, old, None, file)
+            if not rebuild:
+                raise ValueError(
+                    f"shard {url}: its index {_indexes.where(url, INDEX_SUFFIX, index_dir)} cannot "
+                    f"describe this shard ({problem}); the index was edited or corrupted. "
+                    + rebuild_hint(url)
+                )
+    _indexes.check_place(stores, url, INDEX_SUFFIX, index_dir)  # before a pass over the shard
+    file = remote.RemoteFile(stores, url, cache=cache)  # one HEAD: its size and ETag
+    new = scan_tar(file.open(), url, file.size, 0, file.etag)
+    data = json.dumps(new.to_json(url), separators=(",", ":")).encode()
+    _indexes.save(stores, url, INDEX_SUFFIX, index_dir, data)
+    return Shard(url, url, new, None, file)
+
+
 def index_shards(
     urls: Sequence[str],
     *,
@@ -329,12 +380,17 @@ def index_shards(
     force: bool = False,
     jobs: int = 1,
     progress: Callable[[Iterator[Shard], int], Iterable[Shard]] | None = None,
+    stores: Any = None,
+    cache: Any = None,
 ) -> list[Shard]:
-    """Load or build the index of every shard, then check that no sample spans two shards."""
+    """Load or build the index of every shard, then check that no sample spans two shards.
+    Remote shards (``s3://``, ``https://``, ...) are read through ``stores`` (their
+    ``storage_options``) and ``cache``."""
 
     one = functools.partial(
-        _index_one, index_dir=index_dir, allow_pipe=allow_pipe, rebuild=rebuild, force=force
-    )
+        _index_one, index_dir=index_dir, allow_pipe=allow_pipe, rebuild=rebuild, force=force,
+        stores=stores, cache=cache,
+    )  # fmt: skip
     # tarfile parses headers in Python: scanning is CPU-bound, so jobs are processes
     pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
     try:
@@ -348,8 +404,23 @@ def index_shards(
 
 
 def _index_one(
-    url: str, *, index_dir: str | None, allow_pipe: bool, rebuild: bool, force: bool
+    url: str,
+    *,
+    index_dir: str | None,
+    allow_pipe: bool,
+    rebuild: bool,
+    force: bool,
+    stores: Any = None,
+    cache: Any = None,
 ) -> Shard:
+    if is_remote(url):
+        if stores is None:
+            from seekdata.sources.remote import Stores
+
+            stores = Stores({})  # the back-end's usual places only
+        return load_or_build_remote(
+            url, stores=stores, cache=cache, index_dir=index_dir, rebuild=rebuild, force=force
+        )
     path = local_path(url, index_dir=index_dir, allow_pipe=allow_pipe)
     index = load_or_build(url, path, index_dir=index_dir, rebuild=rebuild, force=force)
     # read by absolute path: a later chdir must not change which file a worker opens

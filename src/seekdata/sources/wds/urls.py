@@ -1,5 +1,6 @@
 """Shard URLs for :mod:`seekdata.wds`: brace patterns expanded, and the local file to read
-for each URL (a path, a ``file:`` URL, or a ``pipe:`` command's output copied once).
+for each URL (a path, a ``file:`` URL, or a ``pipe:`` command's output copied once). Remote
+URLs (:func:`is_remote`) are read by byte range through :mod:`seekdata.sources.remote`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ import re
 import subprocess
 from collections.abc import Iterable
 from urllib.parse import urlparse
+
+from seekdata.sources.remote.urls import SCHEMES, is_remote
+
+__all__ = ["expand_urls", "is_remote", "local_path", "url_scheme"]
 
 _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):")
 
@@ -60,9 +65,10 @@ def local_path(url: str, *, index_dir: str | None, allow_pipe: bool) -> str:
     if scheme == "file":
         return urlparse(url).path  # as webdataset opens it
     if scheme != "pipe":
+        remote = ", ".join(f"{s}://" for s in sorted(SCHEMES))
         raise ValueError(
-            f"shard {url}: TarShards reads local files only (random access seeks in the file), "
-            f"got a {scheme!r} URL; download or mount the shards, or fetch them once with a "
+            f"shard {url}: TarShards reads local paths, file:, pipe: and remote URLs ({remote}),"
+            f" not {scheme!r} URLs; download or mount the shards, or fetch them once with a "
             "'pipe:' URL and allow_pipe=True, index_dir=..."
         )
     if not allow_pipe:

@@ -1,0 +1,335 @@
+"""The rows of many Parquet files as one map-style dataset, row groups as its shards."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import operator
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, SupportsIndex
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from torch.utils.data import Dataset
+
+from seekdata.sources import remote
+from seekdata.sources.parquet import columns as _columns
+from seekdata.sources.parquet import footers as _footers
+from seekdata.sources.parquet.footers import Part
+
+#: Bumped when what decides an item changes; part of ``ParquetRows.stream_signature``.
+ROWS_VERSION = 1
+#: Most local Parquet files one process keeps open.
+MAX_OPEN_FILES = 64
+
+_Urls = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+class ParquetRows(Dataset[dict[str, Any]]):
+    """Map-style dataset over the rows of Parquet files, local or remote, in file order.
+
+    Args:
+        urls: a path or URL, a brace pattern (``"s3://b/train-{00000..00009}.parquet"``), or a
+            list of them, in order. Local paths, ``file://``, ``s3://``, ``gs://``, ``az://``,
+            ``http(s)://`` and ``hf://datasets/org/name/...`` (docs/remote.md).
+        columns: the columns to read (top-level names), default all; every file must have
+            them, with the same types.
+        format: ``"torch"`` (numbers as tensors, default), ``"numpy"`` or ``"arrow"``;
+            see :mod:`seekdata.sources.parquet.columns`.
+        storage_options: the back-end's options for remote URLs (credentials, endpoint).
+        index_dir: a local directory where remote files' footers are kept, so a later
+            dataset is built without a request.
+        cache: a :class:`seekdata.remote.Cache` for remote bytes, or None.
+        keep_row_groups: decoded row groups each process keeps (least recently used dropped);
+            with ``order="shards"`` keep at least its window (4 by default), so each row
+            group is read once per epoch and process.
+
+    Item ``i`` is row ``i`` of the files' concatenation, a dict of column values;
+    :meth:`__getitems__` reads a batch as a dict of columns (a tensor per numeric column),
+    decoding each row group it needs once and taking the batch's rows from it in one Arrow
+    call per column — pass ``collate_fn=dict`` to the loader to keep that batch as is. The
+    shards are the row groups (:attr:`shard_sizes`), so ``order="shards"`` reads a few row
+    groups at a time while the epoch is still shuffled; a global shuffle reads a row group
+    per row in the worst case (docs/remote.md: the cost).
+    """
+
+    def __init__(
+        self,
+        urls: _Urls,
+        columns: Sequence[str] | None = None,
+        *,
+        format: str = "torch",
+        storage_options: dict[str, Any] | None = None,
+        index_dir: str | os.PathLike[str] | None = None,
+        cache: remote.Cache | None = None,
+        keep_row_groups: int = 8,
+    ) -> None:
+        where = "ParquetRows"
+        if format not in _columns.FORMATS:
+            raise ValueError(
+                f"{where}: format must be one of {', '.join(map(repr, _columns.FORMATS))}; "
+                f"got {format!r}"
+            )
+        if isinstance(keep_row_groups, bool) or not isinstance(keep_row_groups, int):
+            raise TypeError(f"{where}: keep_row_groups must be an int; got {keep_row_groups!r}")
+        if keep_row_groups < 1:
+            raise ValueError(f"{where}: keep_row_groups must be >= 1; got {keep_row_groups}")
+        if index_dir is not None and not isinstance(index_dir, (str, os.PathLike)):
+            raise TypeError(f"{where}: index_dir must be a path or None; got {index_dir!r}")
+        self.format = format
+        self.keep_row_groups = keep_row_groups
+        self._stores = remote.Stores(remote.check_options(storage_options, where))
+        cache = remote.check_cache(cache, where)
+        names = _expand(urls, where)
+        folder = None if index_dir is None else os.fspath(index_dir)
+        self._parts: list[Part] = [
+            _footers.describe(n, stores=self._stores, index_dir=folder, cache=cache, where=where)
+            for n in names
+        ]
+        self.columns, self._leaves, self._schema = _select(self._parts, columns, where)
+        sizes, owners = [], []
+        for k, part in enumerate(self._parts):
+            for g, rows in enumerate(part.row_groups):
+                sizes.append(rows)
+                owners.append((k, g))
+        self._sizes = sizes
+        self._owners = owners  # row group → (file, its row group there)
+        self._starts = list(itertools.accumulate(sizes, initial=0))
+        if self._starts[-1] == 0:
+            raise ValueError(f"{where}: the files hold no rows; pass files with rows")
+        self._reset_local()
+
+    def _reset_local(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._decoded: OrderedDict[int, pa.Table] = OrderedDict()
+        self._open: OrderedDict[int, Any] = OrderedDict()
+
+    # -- sizes and layout ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @property
+    def files(self) -> list[str]:
+        """The files, as given (after brace expansion), in order."""
+        return [p.name for p in self._parts]
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Rows of each row group, in file order (the shards of ``order="shards"``)."""
+        return list(self._sizes)
+
+    @property
+    def shard_starts(self) -> list[int]:
+        """Index of each row group's first row."""
+        return self._starts[:-1]
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the selected columns."""
+        return self._schema
+
+    @property
+    def stream_signature(self) -> str:
+        """What decides the items — each file's name (not its folder, bucket or scheme: the
+        same files moved to a bucket keep their signature) and rows per row group, the columns
+        and their types — for a loader's state."""
+        spec = repr(
+            (
+                "ParquetRows",
+                ROWS_VERSION,
+                [(os.path.basename(p.name), p.row_groups) for p in self._parts],
+                [(f.name, str(f.type)) for f in self._schema],
+            )
+        )
+        digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
+        return f"ParquetRows(rows={len(self)}, row_groups={len(self._sizes)}, {digest})"
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def __getitem__(self, index: SupportsIndex) -> dict[str, Any]:
+        return _columns.row(self.__getitems__([self._check_index(index)]), 0)
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, Any]:
+        """The rows ``indices`` as a dict of columns, in that order."""
+        rows = np.fromiter((self._check_index(i) for i in indices), np.int64, len(indices))
+        groups = np.searchsorted(np.asarray(self._starts), rows, side="right") - 1
+        needed = list(dict.fromkeys(groups.tolist()))  # in order of first use
+        tables = self._row_groups(needed)
+        offsets = dict(
+            zip(needed, itertools.accumulate((t.num_rows for t in tables), initial=0), strict=False)
+        )
+        starts = np.asarray(self._starts)
+        at = np.fromiter((offsets[g] for g in groups.tolist()), np.int64, len(groups))
+        take = pa.array(at + rows - starts[groups])
+        out = {}
+        for name in self.columns:
+            chunks = [chunk for t in tables for chunk in t.column(name).chunks]
+            column = pa.chunked_array(chunks, type=self._schema.field(name).type).take(take)
+            out[name] = _columns.convert(column, self.format)
+        return out
+
+    def _check_index(self, index: SupportsIndex) -> int:
+        try:
+            i = operator.index(index)
+        except TypeError as exc:
+            raise TypeError(
+                f"ParquetRows: index must be an int, got {type(index).__name__}"
+            ) from exc
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"ParquetRows: index must be in [0, {n}), got {i}")
+        return i + n if i < 0 else i
+
+    def _row_groups(self, groups: list[int]) -> list[pa.Table]:
+        """The decoded row groups ``groups``: kept ones as they are, the others read (remote
+        ones: all their column chunks fetched at once, concurrently) and kept."""
+        if self._pid != os.getpid():
+            self._reset_local()
+        with self._lock:
+            have = {g: self._decoded[g] for g in groups if g in self._decoded}
+        missing = [g for g in groups if g not in have]
+        wanted = []
+        for g in missing:
+            k, local = self._owners[g]
+            part = self._parts[k]
+            if part.remote is not None:
+                ranges = _footers.column_ranges(part.metadata, local, self._leaves[k])
+                wanted += [(part.remote, a, b) for a, b in ranges]
+        remote.prefetch(wanted)  # into memory, where pyarrow's reads find them
+        for g in missing:
+            have[g] = self._decode(g)
+        with self._lock:
+            for g in groups:
+                self._decoded[g] = have[g]
+                self._decoded.move_to_end(g)
+            while len(self._decoded) > self.keep_row_groups:
+                self._decoded.popitem(last=False)
+        return [have[g] for g in groups]
+
+    def _decode(self, group: int) -> pa.Table:
+        k, local = self._owners[group]
+        part = self._parts[k]
+        try:
+            return self._file(k).read_row_group(local, columns=self.columns, use_threads=False)
+        except (ValueError, OSError):
+            raise
+        except Exception as exc:  # pyarrow's ArrowInvalid and friends
+            raise ValueError(
+                f"ParquetRows: row group {local} of {part.name} cannot be decoded ({exc}); the "
+                "file is corrupt or changed since its footer was read; rebuild the dataset"
+            ) from exc
+
+    def _file(self, k: int) -> Any:
+        with self._lock:
+            pf = self._open.get(k)
+            if pf is not None:
+                self._open.move_to_end(k)
+                return pf
+        part = self._parts[k]
+        if part.remote is not None:
+            source: Any = part.remote.open()
+        else:
+            assert part.path is not None
+            try:
+                st = os.stat(part.path)
+            except OSError as exc:
+                raise ValueError(f"Parquet file {part.name}: cannot open it ({exc})") from exc
+            if (st.st_size, st.st_mtime_ns) != (part.size, part.mtime_ns):
+                raise ValueError(
+                    f"Parquet file {part.name} changed after this dataset read its footer (size "
+                    f"{part.size} → {st.st_size} bytes); its rows may now be others; build the "
+                    "dataset again"
+                )
+            source = part.path
+        pf = pq.ParquetFile(source, metadata=part.metadata, pre_buffer=False)
+        with self._lock:
+            self._open[k] = pf
+            if len(self._open) > MAX_OPEN_FILES:
+                self._open.popitem(last=False)
+        return pf
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in ("_lock", "_decoded", "_open"):
+            del state[name]  # per process
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_local()
+
+    def __repr__(self) -> str:
+        return (
+            f"ParquetRows({len(self._parts)} files, {len(self)} rows, "
+            f"{len(self._sizes)} row groups, columns={self.columns})"
+        )
+
+
+def _expand(urls: Any, where: str) -> list[str]:
+    if isinstance(urls, str) and "{" in urls:
+        try:
+            import braceexpand
+        except ImportError as exc:
+            raise ImportError(
+                f"{where}: a brace pattern needs the braceexpand package; got {urls!r}; pip "
+                "install braceexpand, or pass a list of files"
+            ) from exc
+        names = list(braceexpand.braceexpand(urls))
+    elif isinstance(urls, (str, os.PathLike)):
+        names = [os.fspath(urls)]
+    elif isinstance(urls, Sequence) and not isinstance(urls, (bytes, bytearray)):
+        names = [os.fspath(u) if isinstance(u, os.PathLike) else u for u in urls]
+    else:
+        raise TypeError(
+            f"{where}: urls must be a path or URL, a brace pattern, or a list of them; got "
+            f"{type(urls).__name__}"
+        )
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(
+            f"{where}: urls must name at least one Parquet file, each a non-empty str; got {urls!r}"
+        )
+    return names
+
+
+def _select(
+    parts: list[Part], columns: Sequence[str] | None, where: str
+) -> tuple[list[str], list[list[int]], pa.Schema]:
+    """The selected columns, their leaf column numbers in each file, and their schema; every
+    file must have them with the same types."""
+    first = parts[0].metadata.schema.to_arrow_schema()
+    if columns is None:
+        names = list(first.names)
+    else:
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise TypeError(f"{where}: columns must be a list of column names; got {columns!r}")
+        names = list(columns)
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"{where}: columns must name distinct columns; got {names}")
+    schema = None
+    leaves: list[list[int]] = []
+    for part in parts:
+        arrow = part.metadata.schema.to_arrow_schema()
+        missing = [c for c in names if c not in arrow.names]
+        if missing:
+            raise ValueError(
+                f"{where}: {part.name} has no column {missing[0]!r} (it has {arrow.names}); "
+                "pass columns= that every file has"
+            )
+        chosen = pa.schema([arrow.field(c) for c in names])
+        flat = part.metadata.schema
+        leaves.append([j for j in range(len(flat)) if flat.column(j).path.split(".")[0] in names])
+        if schema is None:
+            schema = chosen
+        elif not chosen.equals(schema):
+            raise ValueError(
+                f"{where}: {part.name} holds columns {chosen} but {parts[0].name} holds "
+                f"{schema}; every file must have the same types; pass columns= that agree"
+            )
+    assert schema is not None
+    return names, leaves, schema

@@ -1,0 +1,81 @@
+"""Where the index of a remote object lives, and reading and writing it in one request.
+
+An index (a tar shard's member offsets, a token file's document boundaries, a Parquet
+file's footer) is built by one pass over the object the first time, then kept:
+
+- under ``index_dir`` when one is given: a local file named after the object
+  (``<name>.<digest of the URL>.<suffix>``), read with no request at all;
+- else beside the object, as ``<url><suffix>`` in the same store, read with one GET —
+  written there when the store takes the PUT;
+- else (a read-only store and no ``index_dir``): the build is refused, naming ``index_dir=``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+
+from seekdata.sources.remote import faults as _faults
+from seekdata.sources.remote.stores import Stores
+from seekdata.sources.remote.urls import locate
+
+
+def local_index_path(url: str, suffix: str, index_dir: str) -> str:
+    """The file under ``index_dir`` that holds the index of the remote object ``url``."""
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    name = posixpath.basename(locate(url).key) or "object"
+    return os.path.join(index_dir, f"{name}.{digest}{suffix}")
+
+
+def where(url: str, suffix: str, index_dir: str | None) -> str:
+    """Where the index of ``url`` is read from and written to, for messages."""
+    return url + suffix if index_dir is None else local_index_path(url, suffix, index_dir)
+
+
+def load(stores: Stores, url: str, suffix: str, index_dir: str | None) -> bytes | None:
+    """The stored index of ``url``, or None when there is none (or it cannot be read)."""
+    if index_dir is not None:
+        try:
+            with open(local_index_path(url, suffix, index_dir), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+    loc = locate(url + suffix, stores.options)
+    backend = stores.backend(loc)
+    try:
+        return _faults.retrying(loc.url, "read the index", lambda: backend.whole(loc.key))
+    except ValueError:
+        return None  # missing (or unreadable): built again
+
+
+def check_place(stores: Stores, url: str, suffix: str, index_dir: str | None) -> None:
+    """Before an index of ``url`` is built: ``ValueError`` when it could not be kept (a
+    read-only store, such as http(s):// or hf://, and no ``index_dir``)."""
+    if index_dir is None and locate(url).kind in ("http", "hf"):
+        raise ValueError(
+            f"{url}: its index ({suffix}) is built once and kept, but an {url.split(':')[0]}:// "
+            "store is read only; pass index_dir= (--index-dir) a local directory for it"
+        )
+
+
+def save(stores: Stores, url: str, suffix: str, index_dir: str | None, data: bytes) -> None:
+    """Keep ``data`` as the index of ``url``; ``ValueError`` naming ``index_dir=`` when the
+    store refuses it and no ``index_dir`` was given."""
+    if index_dir is not None:
+        path = local_index_path(url, suffix, index_dir)
+        os.makedirs(index_dir, exist_ok=True)
+        tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # atomic: ranks may race
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return
+    loc = locate(url + suffix, stores.options)
+    backend = stores.backend(loc)
+    try:
+        _faults.retrying(loc.url, "write the index", lambda: backend.put(loc.key, data))
+    except (ValueError, OSError) as exc:
+        raise ValueError(
+            f"{url}: cannot write its index beside it as {loc.url} ({exc}); pass index_dir= "
+            "(--index-dir) a local directory for the indexes of read-only stores"
+        ) from None

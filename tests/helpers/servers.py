@@ -1,0 +1,198 @@
+"""Real servers on 127.0.0.1 for the remote tests, docs and benchmarks: each a process of its own.
+
+- :func:`s3_server`: moto's S3 server (``python -m moto.server``), the S3 protocol over HTTP;
+  buckets are made with boto3 (moto's own dependency).
+- :func:`http_server`: uvicorn serving a folder with starlette's ``StaticFiles``, which honours
+  ``Range`` (``tests/scripts/_static_server.py``).
+- :func:`fault_proxy`: ``tests/scripts/_fault_proxy.py`` in front of either: it counts the
+  requests and body bytes it forwards and, on request, injects faults decided by the
+  request's number.
+
+Each is a context manager that stops its own process (by its pid) on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tests.helpers.paths import SCRIPTS
+
+#: moto accepts any credentials; clients still sign their requests with these
+S3_KEY, S3_SECRET, S3_REGION = "testing", "testing", "us-east-1"
+
+
+@dataclass
+class Server:
+    url: str  #: ``http://127.0.0.1:PORT``
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+@contextlib.contextmanager
+def _spawn(
+    args: list[str], ready: Callable[[subprocess.Popen[bytes], Any], str]
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start ``args``; yield the URL ``ready(proc, log)`` returns once it serves, and the
+    process. Its stderr goes to a file: a pipe nobody reads would fill with its request log
+    (moto logs every request) and stall it."""
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log)
+        try:
+            yield ready(proc, log), proc
+        finally:
+            _stop(proc)
+
+
+def _log(log: Any) -> str:
+    log.seek(0)
+    return str(log.read().decode(errors="replace"))[-2000:]
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server for {url} exited with {proc.returncode}: {_log(log)}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no server answered at {url} within {timeout} s") from None
+            time.sleep(0.05)
+
+
+def _ready_line(proc: subprocess.Popen[bytes], log: Any) -> str:
+    """The URL of a server that prints ``READY <port>`` once it listens."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if not line.startswith("READY "):
+        proc.wait(timeout=10)
+        raise RuntimeError(f"server did not start: {line!r} {_log(log)}")
+    return f"http://127.0.0.1:{int(line.split()[1])}"
+
+
+@contextlib.contextmanager
+def s3_server() -> Iterator[Server]:
+    """moto's S3 server on a free port of 127.0.0.1."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready(proc: subprocess.Popen[bytes], log: Any) -> str:
+        _wait_http(url + "/moto-api/", proc, log)
+        return url
+
+    args = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with _spawn(args, ready) as (started, proc):
+        yield Server(started, proc)
+
+
+@contextlib.contextmanager
+def http_server(directory: str | os.PathLike[str]) -> Iterator[Server]:
+    """uvicorn + starlette ``StaticFiles`` serving ``directory`` (with ``Range``)."""
+    args = [sys.executable, str(SCRIPTS / "_static_server.py"), os.fspath(directory)]
+    with _spawn(args, _ready_line) as (url, proc):
+        yield Server(url, proc)
+
+
+class Proxy(Server):
+    """The fault proxy: its counters, and its fault period."""
+
+    def _call(self, path: str, method: str = "GET") -> dict[str, Any]:
+        request = urllib.request.Request(self.url + path, method=method)
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return dict(json.load(reply))
+
+    def stats(self) -> dict[str, Any]:
+        """``requests``, ``body_bytes``, ``faults`` (counts by kind) and the ``log``."""
+        return self._call("/__proxy__/stats")
+
+    def reset(self) -> None:
+        self._call("/__proxy__/reset", "POST")
+
+    def faults(self, every: int) -> None:
+        """Inject faults every ``every`` requests from now on (0: none)."""
+        self._call(f"/__proxy__/faults?every={every}", "POST")
+
+
+@contextlib.contextmanager
+def fault_proxy(upstream: Server, *, every: int = 0, delay: float = 0.05) -> Iterator[Proxy]:
+    """A counting proxy in front of ``upstream``; faults every ``every`` requests (0: none)."""
+    args = [sys.executable, str(SCRIPTS / "_fault_proxy.py"), "--upstream"]
+    args += [f"127.0.0.1:{upstream.port}", "--every", str(every), "--delay", str(delay)]
+    with _spawn(args, _ready_line) as (url, proc):
+        yield Proxy(url, proc)
+
+
+def s3_client(server: Server) -> Any:
+    """A boto3 client for ``server`` (to make buckets and put objects)."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=server.url,
+        aws_access_key_id=S3_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name=S3_REGION,
+    )
+
+
+def s3_options(server: Server) -> dict[str, Any]:
+    """seekdata's ``storage_options=`` for an ``s3://`` URL served by ``server``."""
+    return {
+        "key": S3_KEY,
+        "secret": S3_SECRET,
+        "endpoint_url": server.url,
+        "client_kwargs": {"region_name": S3_REGION},
+        # one attempt in botocore: seekdata's own retries are what is tested
+        "config_kwargs": {"retries": {"max_attempts": 1, "mode": "standard"}},
+    }
+
+
+def upload(server: Server, bucket: str, folder: str | os.PathLike[str], prefix: str = "") -> None:
+    """Make ``bucket`` (if needed) and put every file under ``folder`` in it."""
+    client = s3_client(server)
+    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+        client.create_bucket(Bucket=bucket)
+    root = pathlib.Path(folder)
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as body:  # one PUT (moto is slow at multipart uploads)
+                client.put_object(
+                    Bucket=bucket, Key=prefix + path.relative_to(root).as_posix(), Body=body
+                )
