@@ -40,6 +40,7 @@ def fresh_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     from seekdata.sources.remote import file as _file
 
     monkeypatch.setattr(_file, "_memory", Memory())
+    monkeypatch.setattr(_file, "_last_batch", (-1, set()))
 
 
 # -- URLs --------------------------------------------------------------------------------
@@ -96,11 +97,32 @@ def test_a_batch_is_read_in_coalesced_requests(
     proxy.reset()
     assert f.read_ranges(ranges) == [DATA[a:b] for a, b in ranges]
     log = proxy.stats()["log"]
-    # three neighbours (gaps under 1 MiB) in one request; nothing beyond the last range
-    assert [e["range"] for e in log] == ["bytes=5-900003"]
+    # neighbours closer than 64 KiB in one request; nothing else
+    assert sorted(e["range"] for e in log) == ["bytes=5-39", "bytes=900000-900003"]
     proxy.reset()
     assert f.read(12, 18) == DATA[12:18]  # kept in memory: no request
     assert proxy.stats()["requests"] == 0
+
+
+def test_an_object_the_previous_batch_read_too_is_streamed_in_chunks(
+    bucket: str, proxy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from seekdata.sources.remote import file as _file
+
+    fresh_memory(monkeypatch)
+    monkeypatch.setattr(_file, "CHUNK", 1 << 18)  # 256 KiB chunks of the 1 MiB object
+    f = opened(proxy, f"{bucket}/data.bin")
+    other = opened(proxy, f"{bucket}/data.bin", size=len(DATA), etag=f.etag)
+    first = [(k * 150_000, k * 150_000 + 100) for k in range(4)]
+    proxy.reset()
+    remote.prefetch([(f, a, b) for a, b in first])  # a first batch: its own ranges
+    assert len(proxy.stats()["log"]) == 4
+    second = [(k * 150_000 + 70_000, k * 150_000 + 70_100) for k in range(4)]
+    proxy.reset()
+    remote.prefetch([(other, a, b) for a, b in second])  # read again: whole chunks
+    got = sorted(e["range"] for e in proxy.stats()["log"])
+    assert got == ["bytes=0-524287"]  # chunks 0 and 1, adjacent: one request
+    assert [f.read(a, b) for a, b in second] == [DATA[a:b] for a, b in second]
 
 
 def test_reading_forward_reads_ahead_and_a_first_read_does_not(

@@ -86,10 +86,13 @@ class ParquetRows(Dataset[dict[str, Any]]):
         cache = remote.check_cache(cache, where)
         names = _expand(urls, where)
         folder = None if index_dir is None else os.fspath(index_dir)
-        self._parts: list[Part] = [
-            _footers.describe(n, stores=self._stores, index_dir=folder, cache=cache, where=where)
-            for n in names
-        ]
+        self._parts: list[Part] = remote.map_objects(
+            lambda n: _footers.describe(
+                n, stores=self._stores, index_dir=folder, cache=cache, where=where
+            ),
+            names,
+            names,
+        )
         self.columns, self._leaves, self._schema = _select(self._parts, columns, where)
         sizes, owners = [], []
         for k, part in enumerate(self._parts):

@@ -3,8 +3,12 @@
 - Every GET carries ``If-Match`` with the ``ETag`` the index recorded, and its answer is
   checked (the object's size and ``ETag``, the number of bytes): an object that changed
   under its index is an error, never other bytes (:mod:`seekdata.sources.remote.faults`).
-- :meth:`RemoteFile.read_ranges` reads the ranges of one batch: those closer than
-  :data:`GAP` are read as one request, and separate requests run concurrently.
+- :func:`prefetch` reads the ranges of one batch: those closer than :data:`GAP` are read as
+  one request, and separate requests run concurrently. When an object is being streamed — the
+  batch has :data:`STREAM_MIN` or more ranges in it and this process's previous batch read it
+  too, as in a shard-local order — its ranges are read as whole aligned :data:`CHUNK` s
+  instead, each once while memory keeps it. The first batch after a resume has no previous
+  batch: it reads only its own ranges.
 - A reader moving forward through an object (a tar scan, samples in shard order) is read
   ahead: each read that starts where the last one ended fetches twice as far as the last,
   from :data:`FIRST_AHEAD` up to :data:`READ_AHEAD` bytes. The first read at a new place —
@@ -21,16 +25,23 @@ import io
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from seekdata.sources.remote import faults as _faults
 from seekdata.sources.remote.stores import Stores
 from seekdata.sources.remote.urls import Location, locate
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 #: Ranges of one batch closer than this are fetched as one request (the gap is read too).
-GAP = 1 << 20
+GAP = 64 << 10
+#: An object being streamed is fetched in aligned chunks of this many bytes...
+CHUNK = 8 << 20
+#: ... when a batch has at least this many ranges in it and the previous batch read it too.
+STREAM_MIN = 4
 #: The first read-ahead of a reader that moves forward...
 FIRST_AHEAD = 1 << 20
 #: ... doubled at each further step, up to this.
@@ -69,28 +80,31 @@ class Memory:
             if not starts:
                 return None
             i = bisect.bisect_right(starts, start) - 1
-            if i < 0:
-                return None
-            at = starts[i]
-            buf = self._spans[(url, at)]
-            if stop > at + len(buf):
-                return None
-            self._spans.move_to_end((url, at))
-            return buf[start - at : stop - at]
+            for at in starts[max(0, i - 3) : i + 1][::-1]:  # the nearest few: spans may overlap
+                buf = self._spans[(url, at)]
+                if stop <= at + len(buf):
+                    self._spans.move_to_end((url, at))
+                    return buf[start - at : stop - at]
+            return None
 
     def put(self, url: str, start: int, data: Any) -> None:
+        """Keep ``data`` as bytes ``start...`` of ``url``; kept ranges inside it are dropped."""
         self._mine()
         buf = memoryview(data).cast("B")
         if len(buf) > self.limit:
             return
+        stop = start + len(buf)
         with self._lock:
-            key = (url, start)
-            old = self._spans.pop(key, None)
-            if old is not None:
-                self.nbytes -= len(old)
-            else:
-                bisect.insort(self._starts.setdefault(url, []), start)
-            self._spans[key] = buf
+            kept = self._spans.get((url, start))
+            if kept is not None and len(kept) >= len(buf):
+                return  # already kept (another thread fetched it too)
+            starts = self._starts.setdefault(url, [])
+            lo, hi = bisect.bisect_left(starts, start), bisect.bisect_right(starts, stop)
+            for at in [a for a in starts[lo:hi] if a + len(self._spans[(url, a)]) <= stop]:
+                self.nbytes -= len(self._spans.pop((url, at)))
+                starts.remove(at)
+            bisect.insort(starts, start)
+            self._spans[(url, start)] = buf
             self.nbytes += len(buf)
             while self.nbytes > self.limit:
                 (u, s), dropped = self._spans.popitem(last=False)
@@ -117,6 +131,17 @@ def _executor() -> ThreadPoolExecutor:
         if _pool is None or _pool[0] != os.getpid():
             _pool = (os.getpid(), ThreadPoolExecutor(THREADS, thread_name_prefix="seekdata-io"))
         return _pool[1]
+
+
+def map_objects(fn: Callable[[T], R], items: Sequence[T], names: Sequence[str]) -> list[R]:
+    """``[fn(item) for item in items]``, run concurrently (this process's request threads) when
+    any of ``names`` is remote: building a dataset over a thousand remote files then waits for
+    their indexes about as long as for one. Local files are done in order, as before."""
+    from seekdata.sources.remote.urls import is_remote
+
+    if len(items) < 2 or not any(map(is_remote, names)):
+        return [fn(item) for item in items]
+    return list(_executor().map(fn, items))
 
 
 def coalesce(ranges: Sequence[tuple[int, int]], gap: int | None = None) -> list[tuple[int, int]]:
@@ -251,16 +276,27 @@ def fetch_all(jobs: Sequence[tuple[RemoteFile, int, int]]) -> list[Any]:
     return [future.result() for future in futures]
 
 
+_last_batch: tuple[int, set[str]] = (-1, set())  # (pid, the versions the last batch read)
+
+
 def prefetch(requests: Sequence[tuple[RemoteFile, int, int]]) -> None:
-    """Bring the bytes of each ``(file, start, stop)`` of one batch into memory: those not
-    kept already are fetched in spans (per file, ranges closer than :data:`GAP` coalesced),
-    all spans at once. Later reads of these ranges find them there."""
-    by_file: dict[int, tuple[RemoteFile, list[tuple[int, int]]]] = {}
+    """Bring the bytes of each ``(file, start, stop)`` of one batch into memory (see the
+    module docstring: coalesced spans, or whole chunks of an object being streamed), all
+    requests at once. Later reads of these ranges find them there."""
+    global _last_batch
+    pid = os.getpid()
+    previous = _last_batch[1] if _last_batch[0] == pid else set()
+    by_file: dict[str, tuple[RemoteFile, list[tuple[int, int]]]] = {}
     for file, start, stop in requests:
-        stop = min(stop, file.size)
-        if start < stop and file.memory.find(file.version, start, stop) is None:
-            by_file.setdefault(id(file), (file, []))[1].append((start, stop))
-    jobs = [(file, a, b) for file, ranges in by_file.values() for a, b in coalesce(ranges)]
+        by_file.setdefault(file.version, (file, []))[1].append((start, min(stop, file.size)))
+    _last_batch = (pid, set(by_file))
+    jobs = []
+    for version, (file, ranges) in by_file.items():
+        if len(ranges) >= STREAM_MIN and version in previous:
+            chunks = {k for a, b in ranges for k in range(a // CHUNK, (b - 1) // CHUNK + 1)}
+            ranges = [(c * CHUNK, min(file.size, (c + 1) * CHUNK)) for c in sorted(chunks)]
+        wanted = [(a, b) for a, b in ranges if a < b and file.memory.find(version, a, b) is None]
+        jobs += [(file, a, b) for a, b in coalesce(wanted)]
     if not jobs:
         return
     for (file, a, b), data in zip(jobs, fetch_all(jobs), strict=True):

@@ -83,7 +83,9 @@ class _TokenCorpus(Dataset[_Sample]):
         names = expand_files(files, where)
         stores = remote.Stores(remote.check_options(storage_options, where))
         cache = remote.check_cache(cache, where)
-        described = [describe(n, self.dtype, stores=stores, cache=cache) for n in names]
+        described = remote.map_objects(
+            lambda n: describe(n, self.dtype, stores=stores, cache=cache), names, names
+        )
         self._reader = TokenReader(described, self.dtype)
         self._checked = self.vocab_size is None  # True: no read needs the vocabulary check
         if windows and self.seq_len >= self.num_tokens:  # before np.arange(seq_len + 1)
@@ -341,14 +343,17 @@ class PackedDocuments(_TokenCorpus):
     def _indexed_bounds(self, index_dir: str | None, rebuild: bool) -> np.ndarray:
         assert self.eos_id is not None  # the caller checked
         files, starts = self._reader.files, self._reader.starts
-        indexes = []
-        for f in files:
+        eos_id = self.eos_id
+
+        def load(f: Any) -> Any:
             index = _tokenindex.load_or_build(
-                f, self.dtype, self.eos_id, index_dir=index_dir, rebuild=rebuild
+                f, self.dtype, eos_id, index_dir=index_dir, rebuild=rebuild
             )
             if self.vocab_size is not None:
                 _tokenindex.check_vocab(f, index, self.dtype, self.vocab_size)
-            indexes.append(index)
+            return index
+
+        indexes = remote.map_objects(load, files, [f.name for f in files])
         self._checked = True  # every file's ids were checked from its index
         # a file's tokens after its last eos (or a file without one) are a document too
         tails = [

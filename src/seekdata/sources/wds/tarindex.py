@@ -394,7 +394,12 @@ def index_shards(
     # tarfile parses headers in Python: scanning is CPU-bound, so jobs are processes
     pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
     try:
-        results: Iterator[Shard] = pool.map(one, urls) if pool else map(one, urls)
+        if pool is None and any(map(is_remote, urls)):  # remote: many requests at once
+            from seekdata.sources.remote import map_objects
+
+            results: Iterator[Shard] = iter(map_objects(one, urls, urls))
+        else:
+            results = pool.map(one, urls) if pool else map(one, urls)
         shards = list(progress(results, len(urls)) if progress else results)
     finally:
         if pool is not None:

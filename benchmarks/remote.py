@@ -1,0 +1,310 @@
+"""Remote corpora against the same files on local disk: resume to first batch, and throughput.
+
+Writes a synthetic corpus of three kinds (``--size-mb`` MB each: tar shards of 4 KiB samples,
+uint16 token files, Parquet files of 1 KiB rows; files of ``--file-mb`` MB), uploads it to
+moto's S3 server on 127.0.0.1 (tests/helpers/servers.py) behind the counting proxy, and measures,
+for seekdata's loader over the local files and over ``s3://``:
+
+- ``resume``: a fresh process (``benchmarks/_remote_child.py``) that builds the dataset (its
+  indexes exist), loads a state at ``--positions`` of the epoch and takes its first batch:
+  wall time from the process's start, median of ``--rounds``; for the remote run, the requests
+  and bytes the server sent before that batch (``--workers-resume`` workers, default 0: with
+  workers, their prefetch of later batches would be counted too);
+- ``steady``: items/s over ``--steps`` batches after ``--warmup``, ``--workers`` workers
+  (default 2), median of ``--rounds``; tar shards and Parquet rows in shard-local order,
+  token windows globally shuffled.
+
+``--compare-python PY`` also runs MosaicML Streaming and litdata on the tar kind's samples
+(converted by their own writers, uploaded to the same server), with PY a Python that has them
+(``benchmarks/remote_others.py`` says how its venv was made): bytes fetched before the first
+batch after a resume at 90 %, and steady throughput.
+
+``python benchmarks/remote.py`` prints tables and writes results/remote.json and remote.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the test servers: tests/helpers/servers.py
+
+from tests.helpers import servers as _servers  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+BUCKET = "bench-remote"
+KINDS = ("tar", "windows", "parquet")
+SEQ_LEN = 2048
+MB = 1 << 20
+
+
+def write_corpus(data: pathlib.Path, kind: str, size_mb: int, file_mb: int) -> None:
+    """``size_mb`` MB of ``kind`` under ``data/kind`` (skipped when already there)."""
+    folder = data / kind
+    if (folder / "DONE").exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    gen = np.random.default_rng(0)
+    files = max(1, size_mb // file_mb)
+    if kind == "tar":
+        import webdataset as wds
+
+        per = file_mb * MB // (4096 + 1024 + 512)  # a sample: 4 KiB, a .cls, their headers
+        n = 0
+        for f in range(files):
+            with wds.TarWriter(str(folder / f"train-{f:04d}.tar")) as sink:
+                for _ in range(per):
+                    sink.write({"__key__": f"s{n:08d}", "bin": gen.bytes(4096), "cls": n % 1000})
+                    n += 1
+    elif kind == "windows":
+        for f in range(files):
+            tokens = gen.integers(0, 50_000, file_mb * MB // 2, dtype=np.uint16)
+            tokens.tofile(folder / f"tok-{f:04d}.bin")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = file_mb * MB // 1040
+        for f in range(files):
+            ids = np.arange(rows, dtype=np.int64) + f * rows
+            table = pa.table({"id": ids, "payload": [gen.bytes(1024) for _ in range(rows)]})
+            pq.write_table(table, folder / f"rows-{f:04d}.parquet", row_group_size=4096)
+    (folder / "DONE").write_text("")
+
+
+def pattern(kind: str, prefix: str, files: int) -> str:
+    name = {"tar": "train-{{0000..{:04d}}}.tar", "windows": "tok-{{0000..{:04d}}}.bin",
+            "parquet": "rows-{{0000..{:04d}}}.parquet"}[kind]  # fmt: skip
+    return f"{prefix}/" + name.format(files - 1)
+
+
+def job(kind: str, urls: str, options: dict[str, Any], **rest: Any) -> dict[str, Any]:
+    return {"kind": kind, "urls": urls, "options": options, "seq_len": SEQ_LEN, **rest}
+
+
+def run_first(spec: dict[str, Any]) -> float:
+    """Seconds from a fresh process's start to its first batch (timed by the parent)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "_remote_child.py"), json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    seconds = time.perf_counter() - t0
+    out, err = proc.communicate(timeout=600)
+    if not line.startswith("FIRST"):
+        raise SystemExit(f"child failed: {line}{out}{err[-3000:]}")
+    return seconds
+
+
+def run_steady(spec: dict[str, Any]) -> float:
+    done = subprocess.run(
+        [sys.executable, str(HERE / "_remote_child.py"), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"child failed: {done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(result["items"] / result["seconds"])
+
+
+def state_at(kind: str, urls: str, batch: int, fraction: float) -> tuple[dict[str, Any], int]:
+    """A loader state ``fraction`` of the way through epoch 0, and its step."""
+    sys.path.insert(0, str(HERE))
+    from _remote_child import make
+
+    loader: Any = make(job(kind, urls, {}, batch=batch, workers=0, state=None))
+    step = int(fraction * len(loader))
+    loader.skip_to(step)
+    return json.loads(json.dumps(loader.state_dict())), step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=384, help="MB of each kind")
+    parser.add_argument("--file-mb", type=int, default=32, help="MB per file")
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--positions", type=float, nargs="+", default=[0.1, 0.5, 0.9])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers-resume", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--data", default=None, help="keep the corpus here (default: a temp dir)")
+    parser.add_argument("--compare-python", default=None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=str(HERE / "results" / "remote.json"))
+    args = parser.parse_args()
+    if args.quick:
+        args.size_mb, args.file_mb, args.rounds, args.steps = 16, 4, 1, 20
+    import tempfile
+
+    data = pathlib.Path(args.data or tempfile.mkdtemp(prefix="seekdata-remote-"))
+    files = max(1, args.size_mb // args.file_mb)
+    for kind in args.kinds:
+        write_corpus(data, kind, args.size_mb, args.file_mb)
+    results: dict[str, Any] = {"resume": [], "steady": [], "compare": []}
+    with _servers.s3_server() as s3, _servers.fault_proxy(s3) as proxy:
+        t0 = time.perf_counter()
+        _servers.upload(s3, BUCKET, data)
+        print(f"uploaded {len(args.kinds)} × {args.size_mb} MB in {time.perf_counter() - t0:.0f} s")
+        storage = _servers.s3_options(proxy)
+        for kind in args.kinds:
+            local = pattern(kind, str(data / kind), files)
+            remote = pattern(kind, f"s3://{BUCKET}/{kind}", files)
+            options = {"storage_options": storage}
+            t0 = time.perf_counter()
+            run_first(job(kind, local, {}, batch=args.batch, workers=0, state=None, mode="first"))
+            run_first(job(kind, remote, options, batch=args.batch, workers=0, state=None,
+                          mode="first"))  # fmt: skip
+            print(f"{kind}: indexes built in {time.perf_counter() - t0:.0f} s")
+            for fraction in args.positions:
+                state, step = state_at(kind, local, args.batch, fraction)
+                row: dict[str, Any] = {"kind": kind, "position": fraction, "step": step}
+                for where, urls, opts in (("local", local, {}), ("s3", remote, options)):
+                    times, fetched = [], []
+                    for _ in range(args.rounds):
+                        proxy.reset()
+                        spec = job(kind, urls, opts, batch=args.batch, state=state,
+                                   workers=args.workers_resume, mode="first")  # fmt: skip
+                        times.append(run_first(spec))
+                        stats = proxy.stats()
+                        fetched.append((stats["requests"], stats["body_bytes"]))
+                    row[f"{where}_s"] = statistics.median(times)
+                    if where == "s3":
+                        row["requests"], row["bytes"] = fetched[-1]
+                row["ratio"] = row["s3_s"] / row["local_s"]
+                results["resume"].append(row)
+                print(json.dumps(row))
+            row = {"kind": kind, "workers": args.workers}
+            for where, urls, opts in (("local", local, {}), ("s3", remote, options)):
+                rates = []
+                for _ in range(args.rounds):
+                    spec = job(kind, urls, opts, batch=args.batch, state=None, mode="steady")
+                    spec.update(workers=args.workers, warmup=args.warmup, steps=args.steps)
+                    rates.append(run_steady(spec))
+                row[f"{where}_per_s"] = statistics.median(rates)
+            row["ratio"] = row["s3_per_s"] / row["local_per_s"]
+            results["steady"].append(row)
+            print(json.dumps(row))
+        if args.compare_python and "tar" in args.kinds:
+            results["compare"] = compare(args, data, s3, proxy)
+    report(args, data, results)
+
+
+def compare(args: argparse.Namespace, data: pathlib.Path, s3: Any, proxy: Any) -> list[Any]:
+    """MosaicML Streaming and litdata on the tar kind's samples, in ``--compare-python``."""
+    spec = {
+        "data": str(data / "tar"),
+        "endpoint": proxy.url,
+        "upload_endpoint": s3.url,
+        "bucket": BUCKET,
+        "batch": args.batch,
+        "workers": args.workers,
+        "rounds": args.rounds,
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "proxy": proxy.url,
+    }
+    done = subprocess.run(
+        [args.compare_python, str(HERE / "remote_others.py"), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=7200,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    sys.stderr.write(done.stderr[-4000:])
+    if done.returncode != 0:
+        return [{"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}]
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def report(args: argparse.Namespace, data: pathlib.Path, results: dict[str, Any]) -> None:
+    where = f"{args.size_mb} MB of each kind, {args.file_mb} MB files, batch {args.batch}"
+    print(f"\nresume to first batch, fresh process ({where}, workers {args.workers_resume})")
+    print("| kind | position | local s | s3 s | s3 / local | requests | bytes |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results["resume"]:
+        print(f"| {r['kind']} | {r['position']:.0%} | {r['local_s']:.2f} | {r['s3_s']:.2f} | "
+              f"{r['ratio']:.2f} | {r['requests']} | {r['bytes']:,} |")  # fmt: skip
+    print(f"\nsteady throughput, items/s, workers {args.workers}")
+    print("| kind | local | s3 | s3 / local |")
+    print("| --- | ---: | ---: | ---: |")
+    for r in results["steady"]:
+        print(
+            f"| {r['kind']} | {r['local_per_s']:,.0f} | {r['s3_per_s']:,.0f} | {r['ratio']:.2f} |"
+        )
+    if results["compare"]:
+        print("\nthe same tar samples, other loaders, same server")
+        print(json.dumps(results["compare"], indent=1))
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg(),
+        "args": vars(args),
+        "data": str(data),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip(),
+    }
+    out.write_text(json.dumps({"meta": meta, **results}, indent=1))
+    plot(results, out.with_suffix(".png"))
+    print(f"wrote {out}")
+
+
+def plot(results: dict[str, Any], path: pathlib.Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for kind in sorted({r["kind"] for r in results["resume"]}):
+        rows = [r for r in results["resume"] if r["kind"] == kind]
+        axes[0].plot(
+            [r["position"] for r in rows], [r["s3_s"] for r in rows], "o-", label=f"{kind}, s3"
+        )
+        axes[0].plot(
+            [r["position"] for r in rows],
+            [r["local_s"] for r in rows],
+            "x--",
+            label=f"{kind}, local",
+        )
+    axes[0].set(
+        xlabel="resume position (fraction of the epoch)", ylabel="s to first batch", ylim=(0, None)
+    )
+    axes[0].legend(fontsize=7)
+    steady = results["steady"]
+    x = np.arange(len(steady))
+    axes[1].bar(x - 0.2, [r["local_per_s"] for r in steady], 0.4, label="local")
+    axes[1].bar(x + 0.2, [r["s3_per_s"] for r in steady], 0.4, label="s3")
+    axes[1].set_xticks(x, [r["kind"] for r in steady])
+    axes[1].set(ylabel="items/s (workers 2)")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
