@@ -2,8 +2,10 @@
 
 Writes a synthetic corpus of three kinds (``--size-mb`` MB each: tar shards of 4 KiB samples,
 uint16 token files, Parquet files of 1 KiB rows; files of ``--file-mb`` MB), uploads it to
-moto's S3 server on 127.0.0.1 (tests/helpers/servers.py) behind the counting proxy, and measures,
-for seekdata's loader over the local files and over ``s3://``:
+moto's S3 server on 127.0.0.1 (tests/helpers/servers.py) behind the counting proxy, serves the
+same folder with uvicorn, and measures seekdata's loader over the local files, over ``s3://``
+and over ``http://`` (moto reads a whole object to answer any range of it, so a range costs
+it time in proportion to the file's size; uvicorn reads only the range):
 
 - ``resume``: a fresh process (``benchmarks/_remote_child.py``) that builds the dataset (its
   indexes exist), loads a state at ``--positions`` of the epoch and takes its first batch:
@@ -161,24 +163,32 @@ def main() -> None:
     for kind in args.kinds:
         write_corpus(data, kind, args.size_mb, args.file_mb)
     results: dict[str, Any] = {"resume": [], "steady": [], "compare": []}
-    with _servers.s3_server() as s3, _servers.fault_proxy(s3) as proxy:
+    with (
+        _servers.s3_server() as s3,
+        _servers.fault_proxy(s3) as proxy,
+        _servers.http_server(data) as http,
+    ):
         t0 = time.perf_counter()
         _servers.upload(s3, BUCKET, data)
         print(f"uploaded {len(args.kinds)} × {args.size_mb} MB in {time.perf_counter() - t0:.0f} s")
         storage = _servers.s3_options(proxy)
         for kind in args.kinds:
             local = pattern(kind, str(data / kind), files)
-            remote = pattern(kind, f"s3://{BUCKET}/{kind}", files)
-            options = {"storage_options": storage}
+            keep = {} if kind == "windows" else {"index_dir": str(data / "idx")}  # http: read only
+            wheres = [
+                ("local", local, {}),
+                ("s3", pattern(kind, f"s3://{BUCKET}/{kind}", files), {"storage_options": storage}),
+                ("http", pattern(kind, f"{http.url}/{kind}", files), keep),
+            ]
             t0 = time.perf_counter()
-            run_first(job(kind, local, {}, batch=args.batch, workers=0, state=None, mode="first"))
-            run_first(job(kind, remote, options, batch=args.batch, workers=0, state=None,
-                          mode="first"))  # fmt: skip
+            for _, urls, opts in wheres:  # the indexes, built once
+                run_first(job(kind, urls, opts, batch=args.batch, workers=0, state=None,
+                              mode="first"))  # fmt: skip
             print(f"{kind}: indexes built in {time.perf_counter() - t0:.0f} s")
             for fraction in args.positions:
                 state, step = state_at(kind, local, args.batch, fraction)
                 row: dict[str, Any] = {"kind": kind, "position": fraction, "step": step}
-                for where, urls, opts in (("local", local, {}), ("s3", remote, options)):
+                for where, urls, opts in wheres:
                     times, fetched = [], []
                     for _ in range(args.rounds):
                         proxy.reset()
@@ -191,10 +201,11 @@ def main() -> None:
                     if where == "s3":
                         row["requests"], row["bytes"] = fetched[-1]
                 row["ratio"] = row["s3_s"] / row["local_s"]
+                row["http_ratio"] = row["http_s"] / row["local_s"]
                 results["resume"].append(row)
                 print(json.dumps(row))
             row = {"kind": kind, "workers": args.workers}
-            for where, urls, opts in (("local", local, {}), ("s3", remote, options)):
+            for where, urls, opts in wheres:
                 rates = []
                 for _ in range(args.rounds):
                     spec = job(kind, urls, opts, batch=args.batch, state=None, mode="steady")
@@ -202,6 +213,7 @@ def main() -> None:
                     rates.append(run_steady(spec))
                 row[f"{where}_per_s"] = statistics.median(rates)
             row["ratio"] = row["s3_per_s"] / row["local_per_s"]
+            row["http_ratio"] = row["http_per_s"] / row["local_per_s"]
             results["steady"].append(row)
             print(json.dumps(row))
         if args.compare_python and "tar" in args.kinds:
@@ -239,17 +251,20 @@ def compare(args: argparse.Namespace, data: pathlib.Path, s3: Any, proxy: Any) -
 def report(args: argparse.Namespace, data: pathlib.Path, results: dict[str, Any]) -> None:
     where = f"{args.size_mb} MB of each kind, {args.file_mb} MB files, batch {args.batch}"
     print(f"\nresume to first batch, fresh process ({where}, workers {args.workers_resume})")
-    print("| kind | position | local s | s3 s | s3 / local | requests | bytes |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| kind | position | local s | s3 s | s3 / local | s3 requests | s3 bytes "
+          "| http s | http / local |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results["resume"]:
         print(f"| {r['kind']} | {r['position']:.0%} | {r['local_s']:.2f} | {r['s3_s']:.2f} | "
-              f"{r['ratio']:.2f} | {r['requests']} | {r['bytes']:,} |")  # fmt: skip
+              f"{r['ratio']:.2f} | {r['requests']} | {r['bytes']:,} | {r['http_s']:.2f} | "
+              f"{r['http_ratio']:.2f} |")  # fmt: skip
     print(f"\nsteady throughput, items/s, workers {args.workers}")
-    print("| kind | local | s3 | s3 / local |")
-    print("| --- | ---: | ---: | ---: |")
+    print("| kind | local | s3 | s3 / local | http | http / local |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for r in results["steady"]:
         print(
-            f"| {r['kind']} | {r['local_per_s']:,.0f} | {r['s3_per_s']:,.0f} | {r['ratio']:.2f} |"
+            f"| {r['kind']} | {r['local_per_s']:,.0f} | {r['s3_per_s']:,.0f} | {r['ratio']:.2f} "
+            f"| {r['http_per_s']:,.0f} | {r['http_ratio']:.2f} |"
         )
     if results["compare"]:
         print("\nthe same tar samples, other loaders, same server")
@@ -279,26 +294,21 @@ def plot(results: dict[str, Any], path: pathlib.Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    styles = {"local": "x--", "s3": "o-", "http": "s:"}
     for kind in sorted({r["kind"] for r in results["resume"]}):
         rows = [r for r in results["resume"] if r["kind"] == kind]
-        axes[0].plot(
-            [r["position"] for r in rows], [r["s3_s"] for r in rows], "o-", label=f"{kind}, s3"
-        )
-        axes[0].plot(
-            [r["position"] for r in rows],
-            [r["local_s"] for r in rows],
-            "x--",
-            label=f"{kind}, local",
-        )
-    axes[0].set(
-        xlabel="resume position (fraction of the epoch)", ylabel="s to first batch", ylim=(0, None)
-    )
-    axes[0].legend(fontsize=7)
+        for where, style in styles.items():
+            xs, ys = [r["position"] for r in rows], [r[f"{where}_s"] for r in rows]
+            axes[0].plot(xs, ys, style, label=f"{kind}, {where}")
+    axes[0].set(xlabel="resume position (fraction of the epoch)", ylabel="s to first batch")
+    axes[0].set_ylim(bottom=0)
+    axes[0].legend(fontsize=7, ncol=3)
     steady = results["steady"]
     x = np.arange(len(steady))
-    axes[1].bar(x - 0.2, [r["local_per_s"] for r in steady], 0.4, label="local")
-    axes[1].bar(x + 0.2, [r["s3_per_s"] for r in steady], 0.4, label="s3")
+    for k, where in enumerate(styles):
+        values = [r[f"{where}_per_s"] for r in steady]
+        axes[1].bar(x + (k - 1) * 0.27, values, 0.27, label=where)
     axes[1].set_xticks(x, [r["kind"] for r in steady])
     axes[1].set(ylabel="items/s (workers 2)")
     axes[1].legend()
