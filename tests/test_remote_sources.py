@@ -10,6 +10,7 @@ under its index is refused naming it; a missing back-end is one line.
 
 from __future__ import annotations
 
+import itertools
 import json
 import pathlib
 import shutil
@@ -305,3 +306,18 @@ def test_a_missing_back_end_is_one_line_from_every_source(tmp_path: pathlib.Path
     for line in lines:
         message = eval(line)
         assert "\n" not in message and "pip install 'seekdata[remote]'" in message
+
+
+def test_token_windows_take_their_files_as_shards(
+    folders: dict[str, pathlib.Path], proxy: Any
+) -> None:
+    local, ds = local_ds(folders, "windows"), remote_ds(proxy, "windows")
+    reader, size = local._reader, local.seq_len
+    starts = np.cumsum([0, *local.shard_sizes])
+    for k, (a, b) in enumerate(itertools.pairwise(starts.tolist())):
+        # shard k: the windows that start in file k
+        assert all(reader.file_at(i * size) == k for i in range(a, b))
+    assert starts[-1] == len(local) and ds.shard_sizes == local.shard_sizes
+    a = stream(corpus.make_loader("windows", local, order="shards"), 1)
+    b = stream(corpus.make_loader("windows", ds, order="shards"), 1)
+    assert all(first_difference(x, y) is None for x, y in zip(a, b, strict=True))

@@ -19,6 +19,7 @@ unchanged, and the checkpoint stays the loader's cursor.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import operator
 import os
 from collections.abc import Sequence
@@ -203,6 +204,15 @@ class TokenWindows(_TokenCorpus):
 
     def __len__(self) -> int:
         return self._len
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Windows that start in each file, in file order: the shards of ``order="shards"``,
+        which reads a few files at a time while the epoch is still shuffled (for files in
+        object storage, a few streamed at a time instead of a request per window)."""
+        starts = self._reader.starts
+        firsts = [min(self._len, -(-at // self.seq_len)) for at in starts[:-1]] + [self._len]
+        return [b - a for a, b in itertools.pairwise(firsts)]
 
     @property
     def stream_signature(self) -> str:
