@@ -32,7 +32,7 @@ def make(job: dict) -> object:
         from seekdata.tokens import TokenWindows
 
         ds = TokenWindows(job["urls"], job["seq_len"], **options)
-        order, collate = "feistel", None
+        order, collate = job.get("windows_order", "feistel"), None
     else:
         from seekdata.parquet import ParquetRows
 

@@ -14,7 +14,7 @@ it time in proportion to the file's size; uvicorn reads only the range):
   workers, their prefetch of later batches would be counted too);
 - ``steady``: items/s over ``--steps`` batches after ``--warmup``, ``--workers`` workers
   (default 2), median of ``--rounds``; tar shards and Parquet rows in shard-local order,
-  token windows globally shuffled.
+  token windows globally shuffled (``--windows-order shards``: files as shards).
 
 ``--compare-python PY`` also runs MosaicML Streaming and litdata on the tar kind's samples
 (converted by their own writers, uploaded to the same server), with PY a Python that has them
@@ -91,8 +91,12 @@ def pattern(kind: str, prefix: str, files: int) -> str:
     return f"{prefix}/" + name.format(files - 1)
 
 
+WINDOWS_ORDER = "feistel"  # --windows-order sets it
+
+
 def job(kind: str, urls: str, options: dict[str, Any], **rest: Any) -> dict[str, Any]:
-    return {"kind": kind, "urls": urls, "options": options, "seq_len": SEQ_LEN, **rest}
+    return {"kind": kind, "urls": urls, "options": options, "seq_len": SEQ_LEN,
+            "windows_order": WINDOWS_ORDER, **rest}  # fmt: skip
 
 
 def run_first(spec: dict[str, Any]) -> float:
@@ -150,10 +154,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--data", default=None, help="keep the corpus here (default: a temp dir)")
+    parser.add_argument(
+        "--windows-order", default="feistel", choices=("feistel", "shards"),
+        help="token windows' order: a global shuffle, or files as shards",
+    )  # fmt: skip
     parser.add_argument("--compare-python", default=None)
+    parser.add_argument(
+        "--only-compare", action="store_true", help="run the comparison alone, into --out's JSON"
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results" / "remote.json"))
     args = parser.parse_args()
+    global WINDOWS_ORDER
+    WINDOWS_ORDER = args.windows_order
     if args.quick:
         args.size_mb, args.file_mb, args.rounds, args.steps = 16, 4, 1, 20
     import tempfile
@@ -163,6 +176,9 @@ def main() -> None:
     for kind in args.kinds:
         write_corpus(data, kind, args.size_mb, args.file_mb)
     results: dict[str, Any] = {"resume": [], "steady": [], "compare": []}
+    if args.only_compare:  # the seekdata rows of an earlier run, this run's comparison
+        results = {**json.loads(pathlib.Path(args.out).read_text()), "compare": []}
+        results.pop("meta", None)
     with (
         _servers.s3_server() as s3,
         _servers.fault_proxy(s3) as proxy,
@@ -172,7 +188,7 @@ def main() -> None:
         _servers.upload(s3, BUCKET, data)
         print(f"uploaded {len(args.kinds)} × {args.size_mb} MB in {time.perf_counter() - t0:.0f} s")
         storage = _servers.s3_options(proxy)
-        for kind in args.kinds:
+        for kind in [] if args.only_compare else args.kinds:
             local = pattern(kind, str(data / kind), files)
             keep = {} if kind == "windows" else {"index_dir": str(data / "idx")}  # http: read only
             wheres = [
@@ -245,7 +261,8 @@ def compare(args: argparse.Namespace, data: pathlib.Path, s3: Any, proxy: Any) -
     sys.stderr.write(done.stderr[-4000:])
     if done.returncode != 0:
         return [{"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}]
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+    rows = [line for line in done.stdout.splitlines() if line.startswith("ROWS ")]
+    return list(json.loads(rows[-1][len("ROWS ") :])) if rows else [{"error": "no rows"}]
 
 
 def report(args: argparse.Namespace, data: pathlib.Path, results: dict[str, Any]) -> None:

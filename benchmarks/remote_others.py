@@ -135,7 +135,8 @@ def make_loader(
 
 def child(lib: str, mode: str, job: dict[str, Any], n: int) -> None:
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as cache:
+    # their own processes may still be writing into the cache when the run ends
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as cache:
         if mode == "first":
             loader = make_loader(lib, job, cache, 0, n, resume=True)
             batch = next(iter(loader))
@@ -170,7 +171,7 @@ def main() -> None:
         return
     job = json.loads(sys.argv[1])
     rows = []
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as work:
         n = convert(job, pathlib.Path(work))
     for lib in ("streaming", "litdata"):
         row: dict[str, Any] = {"loader": lib, "samples": n}
@@ -190,7 +191,7 @@ def main() -> None:
             row["error"] = str(exc)[-500:]
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
-    print(json.dumps(rows))
+    print("ROWS " + json.dumps(rows), flush=True)
 
 
 if __name__ == "__main__":
