@@ -159,10 +159,21 @@ class _ShardPrefix(NamedTuple):
 
 def first_items(dataset: Any, size: int, where: str = "DistributedSampler") -> Any:
     """What an order over the first ``size`` items of ``dataset`` reads from it: the dataset
-    itself, or for a sharded one the shards that held them (a growth appends whole shards)."""
+    itself, or for a sharded one the shards that held them (a growth appends whole shards, or
+    fills up the last shard of a dataset that declares ``shard_sizes_of_first``)."""
     sizes = _source.shard_sizes(dataset)
     if sizes is None or sum(sizes) == size:
         return dataset
+    then = _source.shard_sizes_of_first(dataset)
+    if then is not None:
+        held = tuple(int(s) for s in then(size))
+        if sum(held) != size:  # a declaration is never trusted blindly
+            raise StateMismatchError(
+                f"{where}: {type(dataset).__name__}.shard_sizes_of_first({size}) adds up to "
+                f"{sum(held)}, not {size}; it must give the shard sizes of the first {size} "
+                f"items; fix the dataset's shard_sizes_of_first"
+            )
+        return _ShardPrefix(held)
     prefix, total = [], 0
     for s in sizes:
         if total >= size:

@@ -341,7 +341,8 @@ def make_order(
     if sizes is None:
         raise ValueError(
             f"{where}: order='shards' needs a dataset with shard_sizes (samples per shard, e.g. "
-            f"seekdata.wds.TarShards); got {type(dataset).__name__} without it; use order='feistel'"
+            f"seekdata.wds.TarShards, ParquetRows, TokenWindows(..., shard_windows=4096)); got "
+            f"{type(dataset).__name__} without it; cut it into shards, or use order='feistel'"
         )
     bound = spec.bind(sizes, seed)
     if bound.n != n:

@@ -25,6 +25,7 @@ __all__ = [
     "has_stream_records",
     "reseeds_global_rng_itself",
     "shard_sizes",
+    "shard_sizes_of_first",
     "shuffles_itself",
     "signature_of_first",
     "source_signatures",
@@ -65,6 +66,12 @@ class SeekableSource(Protocol):
         indices). Read by ``order="shards"`` (whole shards a few at a time, shuffled inside a
         window) and by growth (a sharded dataset grows by whole shards). Without it:
         ``order="shards"`` is refused (a ``Mixture`` source gets the Feistel order instead).
+    ``shard_sizes_of_first(n) -> Sequence[int]``
+        The ``shard_sizes`` the dataset had when it held only its first ``n`` items: for a
+        dataset cut into shards of a fixed number of items (``TokenWindows(shard_windows=)``),
+        whose last, shorter shard fills up as data is appended. Read by growth, to rebuild the
+        shard-local order the checkpoint's epoch had. Without it: a sharded dataset grows by
+        whole shards (``n`` must be a sum of its first ``shard_sizes``).
     ``stream_records(epoch, position, always=False) -> dict``
         State keys of a dataset whose stream has a history (a ``Mixture``'s changes: its prefix
         signature and the history of its changes at the cursor): written into every
@@ -123,6 +130,12 @@ def grow_instead(dataset: Any) -> str | None:
 def shard_sizes(dataset: Any) -> Sequence[int] | None:
     """``dataset.shard_sizes``; None for a dataset that is not sharded."""
     return getattr(dataset, "shard_sizes", None)
+
+
+def shard_sizes_of_first(dataset: Any) -> Callable[[int], Sequence[int]] | None:
+    """``dataset.shard_sizes_of_first``; None when it declares none."""
+    first = getattr(dataset, "shard_sizes_of_first", None)
+    return first if callable(first) else None
 
 
 def stream_records(dataset: Any, epoch: int, position: int, always: bool = False) -> dict[str, Any]:

@@ -56,6 +56,14 @@ class TransformedDataset(Dataset):
             raise AttributeError(f"{type(self.dataset).__name__} has no shard_sizes")
         return sizes
 
+    @property
+    def shard_sizes_of_first(self) -> Any:
+        """The wrapped dataset's shards before it grew, so it grows through the wrapper."""
+        then = _source.shard_sizes_of_first(self.dataset)
+        if then is None:
+            raise AttributeError(f"{type(self.dataset).__name__} has no shard_sizes_of_first")
+        return then
+
     def _apply(self, sample: Any, rng: np.random.Generator) -> Any:
         field = self.field
         if field is None:

@@ -64,10 +64,14 @@ class _Shards:
 
 def shard_part(dataset: Any, lo: int, hi: int) -> _Shards | None:
     """The shards of ``dataset`` that hold items ``[lo, hi)`` exactly, or None where ``lo`` or
-    ``hi`` falls inside a shard (or the dataset has no shards): then a Feistel order."""
+    ``hi`` falls inside a shard (or the dataset has no shards): then a Feistel order. The first
+    ``hi`` items of a dataset that declares ``shard_sizes_of_first`` are the shards it had then."""
     sizes = _source.shard_sizes(dataset)
     if sizes is None:
         return None
+    then = _source.shard_sizes_of_first(dataset)
+    if lo == 0 and then is not None and hi < sum(int(s) for s in sizes):
+        return _Shards(then(hi))
     ends = np.cumsum([0, *(int(s) for s in sizes)]).tolist()
     if lo not in ends or hi not in ends:
         return None

@@ -172,6 +172,11 @@ class TokenWindows(_TokenCorpus):
         storage_options: for remote files (``s3://``, ``https://``, ``hf://``, ...), the
             back-end's options (docs/remote.md); None: its usual places (the environment).
         cache: for remote files, a :class:`seekdata.remote.Cache` on local disk, or None.
+        shard_windows: given, the corpus is cut into shards of this many consecutive windows
+            (the last one shorter), :attr:`shard_sizes`, so that ``order="shards"`` reads a
+            few shards at a time, their windows shuffled among themselves: for files in object
+            storage, streaming instead of a request per window. It changes no window's tokens;
+            the signature records it, since it decides the shard-local order.
 
     An item is ``{"input_ids": the first L tokens, "labels": the last L (each input's next
     token)[, "position_ids"]}``, int64 tensors. ``len()`` is ``(tokens - 1) // L``: the tail
@@ -194,7 +199,15 @@ class TokenWindows(_TokenCorpus):
         vocab_size: int | None = None,
         storage_options: dict[str, Any] | None = None,
         cache: Any = None,
+        shard_windows: int | None = None,
     ) -> None:
+        self.shard_windows = None
+        if shard_windows is not None:  # checked before any file is read
+            self.shard_windows = _int(
+                shard_windows, "shard_windows", self._where, 1,
+                "pass the windows per shard (a shard of tens of MB: e.g. 4096 windows of 2048 "
+                "uint16 tokens is 16 MiB), or None for no shards",
+            )  # fmt: skip
         self._setup(files, seq_len, dtype, vocab_size, storage_options, cache, windows=True)
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
         self._len = (self.num_tokens - 1) // self.seq_len  # >= 1: _setup checked seq_len
@@ -202,6 +215,23 @@ class TokenWindows(_TokenCorpus):
 
     def __len__(self) -> int:
         return self._len
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Windows per shard, with ``shard_windows`` (docs/remote.md: token windows in
+        shard-local order). Without it the attribute is absent (``AttributeError``): the corpus
+        is not sharded, ``order="shards"`` refuses it and a ``Mixture`` gives it the Feistel
+        order, as before ``shard_windows`` existed."""
+        return self.shard_sizes_of_first(self._len)
+
+    def shard_sizes_of_first(self, n: int) -> list[int]:
+        """The :attr:`shard_sizes` of windows ``[0, n)``: ``shard_windows`` windows a shard,
+        the last one shorter. A corpus that grew by files appended after the old ones had
+        these shards before it grew (its last one filled up since); read by growth."""
+        if self.shard_windows is None:
+            raise AttributeError(f"{self._where} has no shards: pass shard_windows= to cut some")
+        full, rest = divmod(int(n), self.shard_windows)
+        return [self.shard_windows] * full + ([rest] if rest else [])
 
     @property
     def stream_signature(self) -> str:
@@ -220,7 +250,8 @@ class TokenWindows(_TokenCorpus):
         if n not in self._signatures:
             last = self._reader.file_at(n * self.seq_len)  # the last token window n - 1 reads
             files = [(_basename(f.name), f.tokens) for f in self._reader.files[: last + 1]]
-            digest = self._signature(self.eos_id, n, files)
+            sharded = () if self.shard_windows is None else (("shard_windows", self.shard_windows),)
+            digest = self._signature(self.eos_id, n, files, *sharded)
             self._signatures[n] = f"TokenWindows(seq_len={self.seq_len}, windows={n}, {digest})"
         return self._signatures[n]
 
