@@ -17,7 +17,7 @@ import pytest
 
 import seekdata
 from seekdata.testing import assert_exact_resume, first_difference, run_loop
-from seekdata.tokens import TokenWindows
+from seekdata.tokens import PackedDocuments, TokenWindows
 from tests.helpers import servers as _servers
 
 BUCKET = "token-shards"
@@ -80,3 +80,19 @@ def test_an_epoch_in_shard_order_reads_each_byte_about_once(
     proxy.reset()
     assert len(stream(loader(ds, num_workers=1))) > 40
     assert 0 < proxy.stats()["body_bytes"] <= 2 * FILES * TOKENS * 2
+
+
+def test_remote_packed_blocks_give_the_local_stream(folder: pathlib.Path, proxy: Any) -> None:
+    """PackedDocuments(sharded=True) from the bucket, in shard-local order: the local stream
+    (its index built by one scan of each object, kept beside it)."""
+    opts = {"eos_id": 7, "sharded": True}
+    local = PackedDocuments(f"{folder}/tok-{{0..2}}.bin", SEQ_LEN, **opts)
+    ds = PackedDocuments(
+        f"s3://{BUCKET}/tok/tok-{{0..2}}.bin", SEQ_LEN, storage_options=_servers.s3_options(proxy),
+        **opts,
+    )  # fmt: skip
+    assert ds.shard_sizes == local.shard_sizes and ds.stream_signature == local.stream_signature
+    a, b = stream(loader(local)), stream(loader(ds, num_workers=2))
+    assert len(a) == len(b) > 10
+    for step, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert first_difference(x, y) is None, f"step {step}: {first_difference(x, y)}"

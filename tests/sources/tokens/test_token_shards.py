@@ -14,11 +14,12 @@ import pathlib
 
 import numpy as np
 import pytest
+import torch
 
 import seekdata
 from seekdata import Growth, StateMismatchError
 from seekdata.testing import assert_exact_resume
-from seekdata.tokens import TokenWindows
+from seekdata.tokens import PackedDocuments, TokenWindows
 from tests.sources.tokens.test_tokens import documents, write
 
 
@@ -188,3 +189,52 @@ def test_shards_through_a_transform_wrapper(tmp_path: pathlib.Path) -> None:
     assert wrapped.shard_sizes_of_first(7) == [5, 2]
     assert sorted(seekdata.DistributedSampler(wrapped, 1, 0, order="shards")) == list(range(23))
     assert np.array_equal(wrapped.get(3, seed=0, epoch=0)["input_ids"], ds[3]["input_ids"])
+
+
+# -- PackedDocuments(sharded=True): the packing's blocks as shards ---------------------------
+
+
+def test_packed_documents_without_sharded_keep_their_signature(tmp_path: pathlib.Path) -> None:
+    files = corpus(tmp_path)
+    plain = PackedDocuments(files, 8, eos_id=1)
+    assert plain.stream_signature == "PackedDocuments(seq_len=8, sequences=12, a93639c3e8da3b0e)"
+    assert not hasattr(plain, "shard_sizes")
+    sharded = PackedDocuments(files, 8, eos_id=1, sharded=True)
+    assert sharded.shard_sizes == [12] and sharded.stream_signature != plain.stream_signature
+    with pytest.raises(TypeError, match="sharded"):
+        PackedDocuments(files, 8, eos_id=1, sharded=1)
+
+
+def test_packed_blocks_are_shards_and_resume_exactly(tmp_path: pathlib.Path) -> None:
+    """Three packing blocks (65,536 documents each, the last shorter): a shard-local epoch is
+    a permutation that reads one block at a time, and resumes exactly."""
+    gen = np.random.default_rng(5)
+    lengths = gen.integers(2, 5, 2 * 65_536 + 9_000)
+    tokens = gen.integers(2, 500, int(lengths.sum()), dtype=np.uint16)
+    tokens[np.cumsum(lengths) - 1] = 1  # each document ends with eos 1
+    tokens[: len(tokens) // 2].tofile(tmp_path / "a.bin")
+    tokens[len(tokens) // 2 :].tofile(tmp_path / "b.bin")
+    files = [str(tmp_path / "a.bin"), str(tmp_path / "b.bin")]
+    ds = PackedDocuments(files, 64, eos_id=1, sharded=True)
+    sizes = ds.shard_sizes
+    assert len(sizes) == 3 and sum(sizes) == len(ds)
+    plain = PackedDocuments(files, 64, eos_id=1)
+    assert all(
+        torch.equal(ds[i]["input_ids"], plain[i]["input_ids"]) for i in (0, 999, len(ds) - 1)
+    )
+    order = seekdata.order.Shards(window=1)
+    sampler = seekdata.DistributedSampler(ds, 1, 0, order=order, seed=2)
+    seen = list(sampler)
+    assert sorted(seen) == list(range(len(ds)))
+    ends = np.cumsum(sizes)
+    blocks = np.searchsorted(ends, seen, side="right")
+    assert (np.diff(blocks) != 0).sum() == 2  # one block after another
+
+    def make(num_workers: int = 0) -> seekdata.StatefulDataLoader:
+        s = seekdata.DistributedSampler(ds, 1, 0, order="shards", seed=2)
+        return seekdata.StatefulDataLoader(
+            ds, batch_size=512, sampler=s, seed=2, num_workers=num_workers
+        )
+
+    n = len(make())
+    assert assert_exact_resume(make, stop_at=(0, 1, n // 2, n - 1)) == 4

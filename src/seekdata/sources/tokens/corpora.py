@@ -304,6 +304,11 @@ class PackedDocuments(_TokenCorpus):
             of raising ``ValueError``.
         storage_options: for remote files, the back-end's options (docs/remote.md).
         cache: for remote files, a :class:`seekdata.remote.Cache` on local disk, or None.
+        sharded: the packing's blocks of 65,536 documents are its shards
+            (:attr:`shard_sizes`: sequences per block), so ``order="shards"`` reads a few
+            blocks at a time, their sequences shuffled among themselves: for files in object
+            storage, streaming instead of requests per sequence. It changes no sequence; the
+            signature records it, since it decides the shard-local order.
 
     An item is ``{"input_ids", "labels", "position_ids"}``, int64 tensors of ``L``: the
     documents one after another, then ``pad_id``. ``labels`` is each token's next token within
@@ -343,8 +348,10 @@ class PackedDocuments(_TokenCorpus):
         rebuild_index: bool = False,
         storage_options: dict[str, Any] | None = None,
         cache: Any = None,
+        sharded: bool = False,
     ) -> None:
         where = self._where
+        self.sharded = check_bool(sharded, "sharded", where)
         self._setup(files, seq_len, dtype, vocab_size, storage_options, cache)
         if self.seq_len > _packing.MAX_SEQ_LEN:  # the packer counts documents per length
             raise ValueError(
@@ -443,6 +450,16 @@ class PackedDocuments(_TokenCorpus):
         return self._bounds.nbytes + self._packing.nbytes
 
     @property
+    def shard_sizes(self) -> list[int]:
+        """Sequences per packing block, with ``sharded=True`` (docs/tokens.md). Without it the
+        attribute is absent (``AttributeError``): the corpus is not sharded, ``order="shards"``
+        refuses it and a ``Mixture`` gives it the Feistel order, as before ``sharded``
+        existed."""
+        if not self.sharded:
+            raise AttributeError(f"{self._where} has no shards: pass sharded=True")
+        return list(self._packing.sequences_per_block)
+
+    @property
     def stream_signature(self) -> str:
         """What decides the sequences (seq_len, dtype, pad_id, the documents' lengths in order
         (a blake2b digest of their boundaries), the packing's version and its sequences per
@@ -454,6 +471,7 @@ class PackedDocuments(_TokenCorpus):
             digest = self._signature(
                 _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_tokens,
                 self.num_documents, lengths.hexdigest(), self._packing.sequences_per_block,
+                *((("sharded", True),) if self.sharded else ()),
             )  # fmt: skip
             self._stream_signature = (
                 f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
