@@ -132,8 +132,9 @@ def _make(loc: Location, options: dict[str, Any]) -> Backend:
                     headers.setdefault("Authorization", f"Bearer {token}")
             fs = fsspec.filesystem("http", skip_instance_cache=True, **opts)
             return HTTPBackend(fs, loc.root, headers)
-        protocol = "gcs" if loc.kind == "gs" else "az"
-        return Backend(fsspec.filesystem(protocol, skip_instance_cache=True, **opts), loc.root)
+        if loc.kind == "gs":
+            return GCSBackend(fsspec.filesystem("gcs", skip_instance_cache=True, **opts), loc.root)
+        return Backend(fsspec.filesystem("az", skip_instance_cache=True, **opts), loc.root)
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f"{loc.url}: the back-end refused storage_options with keys {sorted(options)} "
@@ -143,9 +144,9 @@ def _make(loc: Location, options: dict[str, Any]) -> Backend:
 
 
 class Backend:
-    """A store reached through an fsspec filesystem's public, synchronous API (GCS, Azure):
-    sizes and ``ETag`` from ``info``, ranges from ``cat_file`` — checked for their length; a
-    change of the object is seen when a dataset is built, not at each read."""
+    """A store reached through an fsspec filesystem's public, synchronous API (Azure): sizes
+    and ``ETag`` from ``info``, ranges from ``cat_file`` — checked for their length; a change
+    of the object is seen when a dataset is built, not at each read."""
 
     def __init__(self, fs: Any, root: str) -> None:
         self.fs, self.root = fs, root
@@ -348,3 +349,124 @@ def _call(fn: Any) -> Any:
             if code in text:
                 raise _faults.Permanent(kind, _faults.line(exc)) from None
         raise
+
+
+class GCSBackend(Backend):
+    """``gs://`` on Google Cloud Storage's JSON API, through gcsfs's authorised aiohttp session
+    (its credentials, its endpoint — ``endpoint_url=`` or ``STORAGE_EMULATOR_HOST`` — and its
+    requester-pays project). An object's ``ETag`` here is its *generation*, the number GCS gives
+    each version of its bytes (a metadata change keeps it). Every range GET carries
+    ``ifGenerationMatch`` (GCS answers 412 when another generation is live), and its answer's
+    generation (``X-Goog-Generation``) and total size (``Content-Range``) are compared with the
+    index's. One request per attempt: the retries are seekdata's (:mod:`.faults`), not gcsfs's
+    (whose backoff is random)."""
+
+    def _request(
+        self,
+        method: str,
+        key: str,
+        params: dict[str, str],
+        headers: dict[str, str] | None = None,
+        data: bytes | None = None,
+    ) -> tuple[int, Any, bytes]:
+        from urllib.parse import quote
+
+        from fsspec.asyn import sync
+
+        fs = self.fs
+        bucket = quote(self.root.split("://", 1)[1], safe="")
+        if data is None:
+            url = f"{fs.base}b/{bucket}/o/{quote(key, safe='')}"
+        else:  # an upload: the object's name is a parameter
+            url = f"{fs._location}/upload/storage/v1/b/{bucket}/o"
+
+        async def call() -> tuple[int, Any, bytes]:
+            await fs._set_session()
+            wanted = fs._get_headers({"Accept-Encoding": "identity", **(headers or {})})
+            async with fs.session.request(
+                method, url, params=fs._get_params(params), headers=wanted, data=data
+            ) as r:
+                return r.status, r.headers, await r.read()
+
+        try:
+            status, answer, body = sync(fs.loop, call, timeout=_TIMEOUT_S)
+        except Exception as exc:
+            module = type(exc).__module__ or ""
+            if module.startswith("google.auth") and type(exc).__name__ != "TransportError":
+                raise _faults.Permanent("denied", _faults.line(exc)) from None
+            raise  # a network error: faults.retrying retries it
+        if status in (200, 206):
+            return status, answer, body
+        detail = f"HTTP {status}{_gcs_message(body)}"
+        if status == 412:
+            raise _faults.Changed(
+                f"generation {params.get('ifGenerationMatch')} is no longer the live one "
+                f"(GCS refused ifGenerationMatch: {detail})"
+            )
+        if status in (404, 410):
+            raise _faults.Permanent("missing", detail)
+        if status in (401, 403):
+            raise _faults.Permanent("denied", detail)
+        if status in (408, 429) or status >= 500:
+            raise _faults.Transient(detail)
+        raise _faults.Permanent("invalid", detail)
+
+    def info(self, key: str) -> tuple[int, str | None]:
+        import json
+
+        meta = json.loads(self._request("GET", key, {})[2])
+        generation = meta.get("generation")
+        return int(meta["size"]), None if generation is None else str(generation)
+
+    def get(self, key: str, start: int, stop: int, etag: str | None, size: int) -> bytes:
+        params = {"alt": "media"}
+        if etag is not None and etag.isdigit():  # (an older index may hold another kind of tag)
+            params["ifGenerationMatch"] = etag
+        status, answer, body = self._request(
+            "GET", key, params, {"Range": f"bytes={start}-{stop - 1}"}
+        )
+        if status != 206 and not (status == 200 and start == 0 and stop == size):
+            raise _faults.Permanent(
+                "invalid", f"the server answered {status} to a Range request (it must honour Range)"
+            )
+        total = _total(answer.get("Content-Range"))
+        if total is not None and total != size:
+            raise _faults.Changed(f"size {size} → {total} bytes")
+        now = answer.get("X-Goog-Generation")
+        if etag is not None and now is not None and now != etag:
+            raise _faults.Changed(f"generation {etag} → {now}")
+        _check_length(body, stop - start)
+        return body
+
+    def tail(self, key: str, nbytes: int) -> tuple[int, str | None, bytes]:
+        status, answer, body = self._request(
+            "GET", key, {"alt": "media"}, {"Range": f"bytes=-{nbytes}"}
+        )
+        generation = answer.get("X-Goog-Generation")
+        if generation is None:  # a server that does not say: its generation, then those bytes
+            size, generation = self.info(key)
+            return size, generation, self.get(key, max(0, size - nbytes), size, generation, size)
+        total = _total(answer.get("Content-Range")) if status == 206 else len(body)
+        if total is None:
+            raise _faults.Permanent("invalid", "the server's answer has no Content-Range")
+        _check_length(body, min(nbytes, total))
+        return total, str(generation), body
+
+    def whole(self, key: str) -> bytes:
+        return self._request("GET", key, {"alt": "media"})[2]
+
+    def put(self, key: str, data: bytes) -> None:
+        params = {"uploadType": "media", "name": key}
+        self._request("POST", key, params, {"Content-Type": "application/octet-stream"}, data)
+
+
+def _gcs_message(body: bytes) -> str:
+    """``": message"`` of a GCS error answer (JSON ``{"error": {"message": ...}}``), or ``""``."""
+    import json
+
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    lines = str(message).strip().splitlines()
+    return f": {lines[0][:200]}" if lines else ""
