@@ -26,6 +26,7 @@ last bytes with its size and ``ETag`` (:meth:`~Backend.tail`), all of a small on
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -329,6 +330,10 @@ _S3_CODES = (
 )
 
 
+#: a 412 status in an error's text, not the digits inside a port, an address or a number
+_STATUS_412 = re.compile(r"(?<![\w.:/-])412(?![\w.:])")
+
+
 def _call(fn: Any) -> Any:
     """``fn()``, its errors sorted: a permanent one as :class:`~._faults.Permanent`, an
     object changed under its index as :class:`~._faults.Changed`, the rest as they are (the
@@ -343,7 +348,7 @@ def _call(fn: Any) -> Any:
         raise _faults.Permanent("denied", _faults.line(exc)) from None
     except Exception as exc:
         text = f"{exc!r} {exc.__cause__!r}"
-        if "PreconditionFailed" in text or "412" in text:
+        if "PreconditionFailed" in text or _STATUS_412.search(text):
             raise _faults.Changed("the store refused If-Match (412): its ETag is another") from None
         for code, kind in _S3_CODES:
             if code in text:
