@@ -42,6 +42,6 @@ def test_a_412_is_a_changed_object(text: str) -> None:
     ],
 )
 def test_the_digits_412_elsewhere_are_left_to_the_retries(text: str) -> None:
-    with pytest.raises(OSError, match="Cannot connect|bytes") as info:
+    with pytest.raises(OSError, match=r"Cannot connect|bytes") as info:
         _call(raising(OSError(text)))
     assert not isinstance(info.value, faults.Changed | faults.Permanent)
