@@ -220,18 +220,19 @@ def main() -> None:
             for fraction in args.positions:
                 state, step = state_at(kind, local, args.batch, fraction)
                 row: dict[str, Any] = {"kind": kind, "position": fraction, "step": step}
-                for where, urls, opts in wheres:
-                    times, fetched = [], []
-                    for _ in range(args.rounds):
+                times: dict[str, list[float]] = {where: [] for where, _, _ in wheres}
+                for _ in range(args.rounds):  # rounds interleave the places: a load that
+                    for where, urls, opts in wheres:  # drifts weighs on each of them alike
                         proxy.reset()
                         spec = job(kind, urls, opts, batch=args.batch, state=state,
                                    workers=args.workers_resume, mode="first")  # fmt: skip
-                        times.append(run_first(spec))
-                        stats = proxy.stats()
-                        fetched.append((stats["requests"], stats["body_bytes"]))
-                    row[f"{where}_s"] = statistics.median(times)
-                    if where == "s3":
-                        row["requests"], row["bytes"] = fetched[-1]
+                        times[where].append(run_first(spec))
+                        if where == "s3":
+                            stats = proxy.stats()
+                            row["requests"], row["bytes"] = stats["requests"], stats["body_bytes"]
+                for where, runs in times.items():
+                    row[f"{where}_s"] = statistics.median(runs)
+                    row[f"{where}_runs"] = runs
                 row["ratio"] = row["s3_s"] / row["local_s"]
                 row["http_ratio"] = row["http_s"] / row["local_s"]
                 results["resume"].append(row)
