@@ -31,8 +31,10 @@ def make(job: dict) -> object:
     elif kind == "windows":
         from seekdata.tokens import TokenWindows
 
-        ds = TokenWindows(job["urls"], job["seq_len"], **options)
         order, collate = job.get("windows_order", "feistel"), None
+        if order == "shards":  # shards of 4096 windows: 16 MiB of uint16 at seq_len 2048
+            options = {"shard_windows": 4096, **options}
+        ds = TokenWindows(job["urls"], job["seq_len"], **options)
     else:
         from seekdata.parquet import ParquetRows
 

@@ -13,7 +13,8 @@ over ``http://`` (uvicorn reads only the range asked for):
   workers, their prefetch of later batches would be counted too);
 - ``steady``: items/s over ``--steps`` batches after ``--warmup``, ``--workers`` workers
   (default 2), median of ``--rounds``; tar shards and Parquet rows in shard-local order,
-  token windows globally shuffled (``--windows-order shards``: files as shards). ``--no-steady``
+  token windows globally shuffled (``--windows-order shards``: ``TokenWindows(shard_windows=4096)``,
+  16 MiB shards, in shard-local order). ``--no-steady``
   measures the resume alone.
 
 ``--s3-server`` picks the S3 server. ``seaweedfs`` (the default; ``weed mini`` from the
@@ -165,7 +166,7 @@ def main() -> None:
     parser.add_argument("--data", default=None, help="keep the corpus here (default: a temp dir)")
     parser.add_argument(
         "--windows-order", default="feistel", choices=("feistel", "shards"),
-        help="token windows' order: a global shuffle, or files as shards",
+        help="token windows' order: a global shuffle, or shards of 4096 windows",
     )  # fmt: skip
     parser.add_argument(
         "--s3-server", default="seaweedfs", choices=sorted(_servers.S3_SERVERS),
