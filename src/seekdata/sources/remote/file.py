@@ -7,8 +7,15 @@
   one request, and separate requests run concurrently. When an object is being streamed — the
   batch has :data:`STREAM_MIN` or more ranges in it and this process's previous batch read it
   too, as in a shard-local order — its ranges are read as whole aligned :data:`CHUNK` s
-  instead, each once while memory keeps it. The first batch after a resume has no previous
-  batch: it reads only its own ranges.
+  instead, each in a request of its own and once while memory keeps it. The first batch after
+  a resume has no previous batch: it reads only its own ranges.
+- With ``shards=True`` (tar shards: an object is one shard, read whole while its window of the
+  order lasts) the rest of an object being streamed is read ahead in the background
+  (:data:`AHEAD` requests at once), so later batches find its chunks in memory instead of
+  waiting for them; a batch that needs a chunk being read ahead waits for that request (or
+  takes it over, if it has not started), never reads it twice. Only while the objects being
+  streamed fit in memory: else their chunks would be dropped before their samples are read,
+  and each batch reads its own ranges.
 - A reader moving forward through an object (a tar scan, samples in shard order) is read
   ahead: each read that starts where the last one ended fetches twice as far as the last,
   from :data:`FIRST_AHEAD` up to :data:`READ_AHEAD` bytes. The first read at a new place —
@@ -24,9 +31,9 @@ import bisect
 import io
 import os
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from seekdata.sources.remote import faults as _faults
@@ -48,8 +55,10 @@ FIRST_AHEAD = 1 << 20
 READ_AHEAD = 16 << 20
 #: Bytes of fetched ranges one process keeps.
 MEMORY = 256 << 20
-#: Most requests one process has in flight at once.
+#: Most requests one process has in flight at once for the batch being read...
 THREADS = 16
+#: ... and most chunks it reads ahead at once, in the background (``prefetch(shards=True)``).
+AHEAD = 4
 
 
 class Memory:
@@ -71,21 +80,42 @@ class Memory:
         if self._pid != os.getpid():
             self._reset()
 
-    def find(self, url: str, start: int, stop: int) -> memoryview | None:
-        """Bytes ``[start, stop)`` of ``url`` (an object's version) if one kept range holds
-        them all."""
+    def find(self, url: str, start: int, stop: int) -> memoryview | bytes | None:
+        """Bytes ``[start, stop)`` of ``url`` (an object's version) if kept ranges hold them all:
+        a view of the one that does, or the bytes of ranges that meet end to end (a sample
+        across the boundary of two chunks)."""
         self._mine()
         with self._lock:
-            starts = self._starts.get(url)
-            if not starts:
-                return None
-            i = bisect.bisect_right(starts, start) - 1
-            for at in starts[max(0, i - 3) : i + 1][::-1]:  # the nearest few: spans may overlap
-                buf = self._spans[(url, at)]
-                if stop <= at + len(buf):
-                    self._spans.move_to_end((url, at))
-                    return buf[start - at : stop - at]
+            parts = self._cover(url, start, stop)
+        if parts is None:
             return None
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def has(self, url: str, start: int, stop: int) -> bool:
+        """Whether kept ranges hold all of bytes ``[start, stop)`` of ``url`` (nothing copied)."""
+        self._mine()
+        with self._lock:
+            return self._cover(url, start, stop) is not None
+
+    def _cover(self, url: str, start: int, stop: int) -> list[memoryview] | None:
+        """Views of kept ranges that together are bytes ``[start, stop)``, or None (lock held)."""
+        starts = self._starts.get(url)
+        if not starts:
+            return None
+        parts, at = [], start
+        while at < stop:
+            i = bisect.bisect_right(starts, at) - 1
+            best, end = -1, at
+            for s in starts[max(0, i - 3) : i + 1]:  # the nearest few: spans may overlap
+                e = s + len(self._spans[(url, s)])
+                if e > end:
+                    best, end = s, e
+            if best < 0:
+                return None
+            self._spans.move_to_end((url, best))
+            parts.append(self._spans[(url, best)][at - best : min(stop, end) - best])
+            at = end
+        return parts
 
     def put(self, url: str, start: int, data: Any) -> None:
         """Keep ``data`` as bytes ``start...`` of ``url``; kept ranges inside it are dropped."""
@@ -178,6 +208,7 @@ class RemoteFile:
             size, etag = self.head()
         self.size = size
         self.etag = etag
+        self._version = f"{url}\0{etag}\0{size}"
         self._next = -1  # where the last read ended (read-ahead)
         self._ahead = 0
 
@@ -250,7 +281,7 @@ class RemoteFile:
     def version(self) -> str:
         """What kept bytes are filed under: the URL, the ``ETag`` and the size, so the bytes of
         one version of an object never serve another's index."""
-        return f"{self.url}\0{self.etag}\0{self.size}"
+        return self._version
 
     @property
     def memory(self) -> Memory:
@@ -276,13 +307,93 @@ def fetch_all(jobs: Sequence[tuple[RemoteFile, int, int]]) -> list[Any]:
     return [future.result() for future in futures]
 
 
+class _Flight:
+    """One request of this process for bytes ``[start, stop)`` of ``file``, run by the batch
+    that needs them or in the background: its bytes go to memory before it is done."""
+
+    __slots__ = ("file", "future", "key", "queued", "start", "stop")
+
+    def __init__(self, file: RemoteFile, start: int, stop: int, queued: bool = False) -> None:
+        self.file, self.start, self.stop = file, start, stop
+        self.key = (file.version, start, stop)
+        self.future: Future[Any] = Future()
+        self.queued = queued  # waiting for a background thread
+
+
+class _Flights:
+    """The requests in flight in one process (so that no range is fetched twice at once), and
+    its read-ahead: a queue served by at most :data:`AHEAD` daemon threads, each ending when
+    the queue is empty (nothing is left that could keep a process from exiting)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.by_key: dict[tuple[str, int, int], _Flight] = {}
+        self.queue: deque[_Flight] = deque()
+        self.threads = 0
+
+    def land(self, flight: _Flight) -> None:
+        """Run ``flight``: its bytes into memory, then its future done (an error in it)."""
+        f = flight.file
+        try:
+            data = f._fetch(flight.start, flight.stop)
+            f.memory.put(f.version, flight.start, data)
+        except BaseException as exc:
+            flight.future.set_exception(exc)
+        else:
+            flight.future.set_result(None)
+        finally:
+            with self.lock:
+                if self.by_key.get(flight.key) is flight:
+                    del self.by_key[flight.key]
+
+    def read_ahead(self) -> None:
+        """A background thread: run queued flights until none is left."""
+        while True:
+            with self.lock:
+                if not self.queue or self.pid != os.getpid():
+                    self.threads -= 1
+                    return
+                flight = self.queue.popleft()
+                flight.queued = False
+            self.land(flight)
+
+
+_flights_of: _Flights | None = None
+_flights_lock = threading.Lock()
+
+
+def _flights() -> _Flights:
+    """This process's :class:`_Flights` (made again after a fork: threads do not survive it)."""
+    global _flights_of
+    with _flights_lock:
+        if _flights_of is None or _flights_of.pid != os.getpid():
+            _flights_of = _Flights()
+        return _flights_of
+
+
+def settle() -> None:
+    """Wait until this process has no request in flight and nothing queued to read ahead
+    (for tests and benchmarks: what a batch started in the background has landed)."""
+    flights = _flights()
+    while True:
+        with flights.lock:
+            pending = [f.future for f in flights.by_key.values()]
+        if not pending:
+            return
+        wait(pending)  # done, whichever way (a dropped read-ahead is cancelled)
+
+
 _last_batch: tuple[int, set[str]] = (-1, set())  # (pid, the versions the last batch read)
 
 
-def prefetch(requests: Sequence[tuple[RemoteFile, int, int]]) -> None:
+def prefetch(requests: Sequence[tuple[RemoteFile, int, int]], *, shards: bool = False) -> None:
     """Bring the bytes of each ``(file, start, stop)`` of one batch into memory (see the
     module docstring: coalesced spans, or whole chunks of an object being streamed), all
-    requests at once. Later reads of these ranges find them there."""
+    requests at once. Later reads of these ranges find them there.
+
+    ``shards=True``: each object is one shard of a shard-local order, read whole while its
+    window lasts; the rest of an object being streamed is read ahead in the background."""
     global _last_batch
     pid = os.getpid()
     previous = _last_batch[1] if _last_batch[0] == pid else set()
@@ -290,24 +401,87 @@ def prefetch(requests: Sequence[tuple[RemoteFile, int, int]]) -> None:
     for file, start, stop in requests:
         by_file.setdefault(file.version, (file, []))[1].append((start, min(stop, file.size)))
     _last_batch = (pid, set(by_file))
-    jobs = []
+    streamed = {v for v, (_, r) in by_file.items() if len(r) >= STREAM_MIN and v in previous}
+    ahead: dict[str, RemoteFile] = {}
+    if shards and streamed:
+        if sum(by_file[v][0].size for v in streamed) > memory().limit:
+            streamed = set()  # chunks would be dropped before their samples are read
+        else:
+            ahead = {v: by_file[v][0] for v in streamed if by_file[v][0].cache is None}
+    spans: list[tuple[RemoteFile, int, int]] = []
     for version, (file, ranges) in by_file.items():
-        if len(ranges) >= STREAM_MIN and version in previous:
+        if version in streamed:
             chunks = {k for a, b in ranges for k in range(a // CHUNK, (b - 1) // CHUNK + 1)}
-            ranges = [(c * CHUNK, min(file.size, (c + 1) * CHUNK)) for c in sorted(chunks)]
-        wanted = [(a, b) for a, b in ranges if a < b and file.memory.find(version, a, b) is None]
-        jobs += [(file, a, b) for a, b in coalesce(wanted)]
-    if not jobs:
-        return
-    for (file, a, b), data in zip(jobs, fetch_all(jobs), strict=True):
-        file.memory.put(file.version, a, data)
-        file._next = max(file._next, b)
+            spans += [(file, *_chunk(file, c)) for c in sorted(chunks)]
+        else:
+            kept = file.memory.has
+            wanted = [(a, b) for a, b in ranges if a < b and not kept(version, a, b)]
+            spans += [(file, a, b) for a, b in coalesce(wanted)]
+    flights = _flights()
+    mine: list[_Flight] = []  # run by this batch
+    theirs: list[_Flight] = []  # already running: waited for
+    with flights.lock:
+        for file, a, b in spans:
+            flight = flights.by_key.get((file.version, a, b))
+            if flight is not None and not flight.queued:
+                theirs.append(flight)
+                continue
+            if flight is not None:  # queued for read-ahead: this batch takes it over
+                flights.queue.remove(flight)
+                flight.queued = False
+            elif file.memory.has(file.version, a, b):
+                continue  # landed meanwhile (bytes go to memory before a flight ends)
+            else:
+                flight = flights.by_key[(file.version, a, b)] = _Flight(file, a, b)
+            mine.append(flight)
+        if shards:
+            _queue_ahead(flights, ahead, previous | set(by_file))
+    if len(mine) == 1 and not theirs:
+        flights.land(mine[0])
+    else:
+        for flight in mine:
+            _executor().submit(flights.land, flight)
+    for flight in mine:
+        flight.future.result()  # this batch's own request failed: its error
+        flight.file._next = max(flight.file._next, flight.stop)
+    for flight in theirs:
+        if flight.future.exception() is not None:  # another's failed: try again, as our own
+            again = _Flight(flight.file, flight.start, flight.stop)
+            flights.land(again)
+            again.future.result()
 
 
-def read_batch(requests: Sequence[tuple[RemoteFile, int, int]]) -> list[bytes]:
+def _chunk(file: RemoteFile, c: int) -> tuple[int, int]:
+    return c * CHUNK, min(file.size, (c + 1) * CHUNK)
+
+
+def _queue_ahead(flights: _Flights, ahead: dict[str, RemoteFile], recent: set[str]) -> None:
+    """Queue the chunks of the objects in ``ahead`` that are neither kept nor in flight, drop
+    queued ones of objects that neither this batch nor the previous one read (the order has
+    moved on), and start background threads for them (``flights.lock`` held)."""
+    if any(f.file.version not in recent for f in flights.queue):
+        for flight in [f for f in flights.queue if f.file.version not in recent]:
+            flights.queue.remove(flight)
+            del flights.by_key[flight.key]
+            flight.future.cancel()
+    for version, file in ahead.items():
+        for c in range(-(-file.size // CHUNK)):
+            a, b = _chunk(file, c)
+            if (version, a, b) in flights.by_key or file.memory.has(version, a, b):
+                continue
+            flight = flights.by_key[(version, a, b)] = _Flight(file, a, b, queued=True)
+            flights.queue.append(flight)
+    while flights.threads < min(AHEAD, len(flights.queue)):
+        flights.threads += 1
+        threading.Thread(target=flights.read_ahead, name="seekdata-ahead", daemon=True).start()
+
+
+def read_batch(
+    requests: Sequence[tuple[RemoteFile, int, int]], *, shards: bool = False
+) -> list[bytes]:
     """The bytes of each ``(file, start, stop)`` of one batch: :func:`prefetch`, then each
     range from memory (read directly when memory could not keep it)."""
-    prefetch(requests)
+    prefetch(requests, shards=shards)
     return [file.read(start, stop) for file, start, stop in requests]
 
 

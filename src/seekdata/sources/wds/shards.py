@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import hashlib
 import io
 import itertools
@@ -186,12 +187,20 @@ class TarShards(Dataset[dict[str, Any]]):
     # -- reading ---------------------------------------------------------------
 
     def __getitem__(self, index: SupportsIndex) -> dict[str, Any]:
-        i = self._check_index(index)
+        return self._sample(self._check_index(index))
+
+    def _sample(self, i: int, span: tuple[int, bytes] | None = None) -> dict[str, Any]:
+        """Sample ``i``, its members read one by one; with ``span``, ``(start, its bytes)``
+        from its first header to its last member's end, read before (a remote batch)."""
         s = bisect.bisect_right(self._starts, i) - 1
         shard = self._shards[s]
         idx = shard.index
         local = i - self._starts[s]
-        read = None if shard.remote is None else shard.remote.read  # a range read (start, stop)
+        read: Callable[[int, int], bytes] | None = None  # a range read (start, stop)
+        if span is not None:
+            read = functools.partial(_sliced, *span)
+        elif shard.remote is not None:
+            read = shard.remote.read
         fd = self._open_files().get(shard) if read is None else -1
         key = idx.keys[local]
         sample: dict[str, Any] = {"__key__": key, "__url__": shard.url}
@@ -326,20 +335,29 @@ class RemoteTarShards(TarShards):
     that reads a batch at once)."""
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        wanted = []
+        picked, wanted = [], []
         for index in indices:
             i = self._check_index(index)
             s = bisect.bisect_right(self._starts, i) - 1
             shard = self._shards[s]
             if shard.remote is None:
+                picked.append((i, -1))
                 continue
             idx, local = shard.index, i - self._starts[s]
             first, last = int(idx.starts[local]), int(idx.starts[local + 1]) - 1
             start = int(idx.offsets[first]) - _HEADER
             stop = int(idx.offsets[last] + idx.sizes[last])
+            picked.append((i, start))
             wanted.append((shard.remote, start, stop))
-        remote.prefetch(wanted)
-        return [self[i] for i in indices]
+        # each sample's bytes at once (one look-up in memory, its members sliced from them)
+        spans = iter(remote.read_batch(wanted, shards=True))
+        return [
+            self._sample(i) if at < 0 else self._sample(i, (at, next(spans))) for i, at in picked
+        ]
+
+
+def _sliced(base: int, buf: bytes, start: int, stop: int) -> bytes:
+    return buf[start - base : stop - base]
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
