@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from seekdata._core import source as _source
 from seekdata._core.checks import check_bool, check_int
 from seekdata.sources import remote
 from seekdata.sources.tokens import index as _tokenindex
@@ -571,7 +572,8 @@ class _RemoteBatches:
         for index in indices:
             for start, stop in self._token_ranges(self._check_index(index)):
                 wanted += self._reader.byte_ranges(start, stop)
-        remote.prefetch(wanted)
+        # a sharded corpus read shard by shard streams its objects: read them ahead too
+        remote.prefetch(wanted, shards=_source.shard_sizes(self) is not None)
         return [self[i] for i in indices]
 
 
