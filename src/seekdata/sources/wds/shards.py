@@ -6,7 +6,6 @@ The public face is :mod:`seekdata.wds`; its docstring is the user's guide to thi
 from __future__ import annotations
 
 import bisect
-import contextlib
 import functools
 import hashlib
 import io
@@ -322,8 +321,10 @@ class _OpenFiles:
             os.close(self.fds.popitem()[1])
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # may run at interpreter exit
+        try:  # noqa: SIM105 - at interpreter exit this module's globals (contextlib) may be None
             self.close()
+        except Exception:
+            pass
 
 
 class RemoteTarShards(TarShards):
@@ -332,7 +333,9 @@ class RemoteTarShards(TarShards):
     :meth:`__getitems__` fetches the byte ranges of all of a batch's samples before decoding
     them — neighbouring samples of one shard in one request, the requests at once — so the
     loader reads a batch with one call (its randomness keyed by the batch, as for any dataset
-    that reads a batch at once)."""
+    that reads a batch at once). A shard that this process's batches keep reading (a
+    shard-local order) is streamed in chunks and the rest of it read ahead in the background
+    (:func:`seekdata.sources.remote.prefetch` with ``shards=True``)."""
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         picked, wanted = [], []
