@@ -167,3 +167,12 @@ def rows_of(kind: str, batch: Any) -> list[str]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+def stream(loader: Any, epochs: int = 2) -> list[Any]:
+    """Every batch ``loader`` gives in ``epochs`` epochs (``seekdata.testing.run_loop``)."""
+    from seekdata.testing import run_loop
+
+    out: list[Any] = []
+    run_loop(loader, range(epochs), lambda b, *_: out.append(b) if b is not None else None)
+    return out

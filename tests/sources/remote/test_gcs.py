@@ -21,9 +21,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from seekdata.testing import assert_exact_resume, first_difference, run_loop
+from seekdata.testing import assert_exact_resume, first_difference
 from tests.helpers import remote_corpus as corpus
 from tests.helpers import servers as _servers
+from tests.helpers.remote_corpus import stream
 
 KINDS = ("tar", "windows", "packed", "parquet")
 BUCKET = "gcs-tests"
@@ -76,12 +77,6 @@ def items(ds: Any, indices: list[int]) -> Any:
     if hasattr(ds, "__getitems__"):
         return ds.__getitems__(indices)
     return [ds[i] for i in indices]
-
-
-def stream(loader: Any, epochs: int = 2) -> list[Any]:
-    out: list[Any] = []
-    run_loop(loader, range(epochs), lambda b, *_: out.append(b) if b is not None else None)
-    return out
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 
 from seekdata.sources.remote import coalesce
-from seekdata.testing import assert_exact_resume, first_difference, run_loop
+from seekdata.testing import assert_exact_resume, first_difference
 from tests.helpers import remote_corpus as corpus
 from tests.helpers import servers as _servers
 from tests.helpers.paths import SCRIPTS
+from tests.helpers.remote_corpus import stream
 
 KINDS = ("tar", "windows", "packed")
 BUCKET = "sources-tests"
@@ -48,12 +49,6 @@ def local_ds(folders: dict[str, pathlib.Path], kind: str) -> Any:
 def remote_ds(proxy: Any, kind: str, **options: Any) -> Any:
     urls = corpus.pattern(kind, f"s3://{BUCKET}/{kind}")
     return corpus.dataset(kind, urls, storage_options=_servers.s3_options(proxy), **options)
-
-
-def stream(loader: Any, epochs: int = 2) -> list[Any]:
-    out: list[Any] = []
-    run_loop(loader, range(epochs), lambda b, *_: out.append(b) if b is not None else None)
-    return out
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 import seekdata
-from seekdata.testing import assert_exact_resume, first_difference, run_loop
+from seekdata.testing import assert_exact_resume, first_difference
 from seekdata.tokens import PackedDocuments, TokenWindows
 from tests.helpers import servers as _servers
+from tests.helpers.remote_corpus import stream as _stream
 
 BUCKET = "token-shards"
 SEQ_LEN, SHARD = 256, 64  # windows of 514 bytes, shards of 32 KiB
@@ -37,6 +38,10 @@ def folder(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> pathlib.
     return root / "tok"
 
 
+def stream(ld: seekdata.StatefulDataLoader) -> list[Any]:
+    return _stream(ld, 1)
+
+
 def windows(urls: str, **options: Any) -> TokenWindows:
     return TokenWindows(urls, SEQ_LEN, shard_windows=SHARD, **options)
 
@@ -44,12 +49,6 @@ def windows(urls: str, **options: Any) -> TokenWindows:
 def loader(ds: TokenWindows, order: str = "shards", **kw: Any) -> seekdata.StatefulDataLoader:
     sampler = seekdata.DistributedSampler(ds, 1, 0, order=order, seed=3)
     return seekdata.StatefulDataLoader(ds, batch_size=32, sampler=sampler, seed=3, **kw)
-
-
-def stream(ld: seekdata.StatefulDataLoader) -> list[Any]:
-    out: list[Any] = []
-    run_loop(ld, range(1), lambda b, *_: out.append(b) if b is not None else None)
-    return out
 
 
 def test_remote_shards_give_the_local_stream_and_resume_exactly(

@@ -15,7 +15,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from seekdata._core import source as _source
 from seekdata._core.checks import check_bool, check_int
 from seekdata.sources import remote
 from seekdata.sources.tokens import index as _tokenindex
@@ -48,6 +47,8 @@ class _TokenCorpus(Dataset[_Sample]):
     """What both datasets share: the files, ``seq_len``, the vocabulary check, indexing."""
 
     _where = "tokens"
+    #: Cut into shards (``shard_windows=``, ``sharded=True``): read shard by shard, streamed.
+    _sharded = False
 
     def __new__(cls, files: Any = None, *args: Any, **kwargs: Any) -> _TokenCorpus:
         remote_cls = _REMOTE.get(cls)
@@ -209,6 +210,7 @@ class TokenWindows(_TokenCorpus):
                 "pass the windows per shard (a shard of tens of MB: e.g. 4096 windows of 2048 "
                 "uint16 tokens is 16 MiB), or None for no shards",
             )  # fmt: skip
+        self._sharded = self.shard_windows is not None
         self._setup(files, seq_len, dtype, vocab_size, storage_options, cache, windows=True)
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
         self._len = (self.num_tokens - 1) // self.seq_len  # >= 1: _setup checked seq_len
@@ -352,7 +354,7 @@ class PackedDocuments(_TokenCorpus):
         sharded: bool = False,
     ) -> None:
         where = self._where
-        self.sharded = check_bool(sharded, "sharded", where)
+        self.sharded = self._sharded = check_bool(sharded, "sharded", where)
         self._setup(files, seq_len, dtype, vocab_size, storage_options, cache)
         if self.seq_len > _packing.MAX_SEQ_LEN:  # the packer counts documents per length
             raise ValueError(
@@ -573,7 +575,7 @@ class _RemoteBatches:
             for start, stop in self._token_ranges(self._check_index(index)):
                 wanted += self._reader.byte_ranges(start, stop)
         # a sharded corpus read shard by shard streams its objects: read them ahead too
-        remote.prefetch(wanted, shards=_source.shard_sizes(self) is not None)
+        remote.prefetch(wanted, shards=self._sharded)
         return [self[i] for i in indices]
 
 
