@@ -25,6 +25,10 @@ def make(job: dict) -> object:
     import seekdata
 
     kind, options = job["kind"], job["options"]
+    if job.get("cache"):  # a machine-shared Cache (--cache): the workers fetch each block once
+        from seekdata.remote import Cache
+
+        options = {**options, "cache": Cache(job["cache"], max_bytes=8 << 30)}
     if kind == "tar":
         from seekdata.wds import TarShards
 

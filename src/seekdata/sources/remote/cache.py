@@ -14,6 +14,12 @@ With ``cache=Cache(directory, max_bytes=...)`` a remote source reads whole block
 - **Never serves stale bytes.** A block's name is a digest of the object's URL, its ``ETag``
   (or size) and the block's number: a changed object has new names, and its old blocks age
   out.
+- **Fetched once per machine.** A process about to fetch missing blocks first claims them (a
+  ``.claim`` file made with ``O_EXCL``, holding its pid); a process that finds a block claimed
+  waits for it to land instead of fetching it too. So DataLoader workers reading the same
+  shards in a shard-local order (each streams every shard it reads from) split the download
+  instead of each making it. A claim whose process is gone, or that outlives
+  :data:`CLAIM_S`, is taken over; a claim is removed when its blocks land or its fetch fails.
 
 The cost: the first read of a block reads all of it (a 4 KiB sample costs a block), so a cache
 pays off when data is read again (epochs, jobs), not on the first pass.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +40,11 @@ _LOCK = "lock"
 _TOTAL = "total"
 #: Default block size.
 BLOCK_BYTES = 4 << 20
+#: A claim older than this is taken over even if its process lives (a fetch is retried for
+#: at most a few minutes: faults.py).
+CLAIM_S = 600.0
+#: How often a process waiting for another's block looks again.
+_POLL_S = 0.005
 
 
 class Cache:
@@ -71,32 +83,104 @@ class Cache:
 
     # -- reading -------------------------------------------------------------------------
 
-    def read(self, file: Any, start: int, stop: int) -> bytes:
+    def read(self, file: Any, start: int, stop: int, *, wait: bool = True) -> bytes | None:
         """Bytes ``[start, stop)`` of ``file`` (a RemoteFile): blocks from disk, the missing
-        ones fetched (a run of adjacent missing blocks in one request) and kept."""
-        size, bsize = file.size, self.block_bytes
+        ones fetched (a run of adjacent missing blocks this process could claim in one
+        request) and kept; blocks another process has claimed are waited for — or, with
+        ``wait=False`` (a read-ahead, which has other blocks to fetch meanwhile), None."""
+        bsize = self.block_bytes
         first, last = start // bsize, (stop - 1) // bsize
         blocks: dict[int, bytes] = {}
-        for b in range(first, last + 1):
-            data = self._load(self._name(file, b))
-            if data is not None:
-                blocks[b] = data
-        b = first
-        while b <= last:
-            if b in blocks:
-                b += 1
-                continue
-            run = b
-            while run + 1 <= last and run + 1 not in blocks:
-                run += 1
-            data = bytes(file.get(b * bsize, min(size, (run + 1) * bsize)))
-            for k in range(b, run + 1):
-                block = data[(k - b) * bsize : (k - b + 1) * bsize]
-                blocks[k] = block
-                self._store(self._name(file, k), block)
-            b = run + 1
+        while len(blocks) < last - first + 1:
+            for b in range(first, last + 1):
+                if b not in blocks:
+                    data = self._load(self._name(file, b))
+                    if data is not None:
+                        blocks[b] = data
+            mine = [b for b in range(first, last + 1) if b not in blocks and self._claim(file, b)]
+            try:
+                for run in _runs(mine):
+                    self._fetch_run(file, run, blocks)
+            finally:
+                for b in mine:
+                    self._unclaim(file, b)
+            missing = [b for b in range(first, last + 1) if b not in blocks]
+            if missing and not wait:
+                return None
+            if missing:  # claimed by others: wait for one to land (or its claim to go)
+                self._wait(file, missing[0])
         joined = b"".join(blocks[k] for k in range(first, last + 1))
         return joined[start - first * bsize : stop - first * bsize]
+
+    def _fetch_run(self, file: Any, run: list[int], blocks: dict[int, bytes]) -> None:
+        bsize = self.block_bytes
+        data = bytes(file.get(run[0] * bsize, min(file.size, (run[-1] + 1) * bsize)))
+        for k in run:
+            block = data[(k - run[0]) * bsize : (k - run[0] + 1) * bsize]
+            blocks[k] = block
+            self._store(self._name(file, k), block)
+
+    # -- claims: one process of the machine fetches a block, the others wait for it ---------
+
+    def _claim(self, file: Any, block: int) -> bool:
+        """Whether this process may fetch ``block`` (it made the claim, or took over one whose
+        process is gone); False while another process holds it."""
+        path = self._path(self._name(file, block) + ".claim")
+        os.makedirs(self.root, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not self._stale(path):
+                    return False
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)  # its process is gone: take it over
+                continue
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(str(os.getpid()))
+            if os.path.exists(self._path(self._name(file, block))):
+                self._unclaim(file, block)  # landed between the look and the claim
+                return False
+            return True
+        return False
+
+    def _unclaim(self, file: Any, block: int) -> None:
+        path = self._path(self._name(file, block) + ".claim")
+        with contextlib.suppress(OSError), open(path, encoding="ascii") as f:
+            if f.read().strip() != str(os.getpid()):
+                return  # taken over: not ours to remove
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+    @staticmethod
+    def _stale(path: str) -> bool:
+        """Whether the claim at ``path`` was left by a process that is gone (or is too old)."""
+        try:
+            with open(path, encoding="ascii") as f:
+                text = f.read().strip()
+            age = time.time() - os.stat(path).st_mtime
+        except FileNotFoundError:
+            return True
+        if not text.isdigit():
+            return age > 1.0  # being written, or not ours: give its writer a moment
+        if age > CLAIM_S:
+            return True
+        try:
+            os.kill(int(text), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # it exists, another user's
+            return False
+        return False
+
+    def _wait(self, file: Any, block: int) -> None:
+        """Until ``block`` is on disk or its claim is gone (landed, failed, or stale)."""
+        name = self._name(file, block)
+        claim = self._path(name + ".claim")
+        while not os.path.exists(self._path(name)):
+            if not os.path.exists(claim) or self._stale(claim):
+                return
+            time.sleep(_POLL_S)
 
     def _name(self, file: Any, block: int) -> str:
         stamp = file.etag or f"size={file.size}"
@@ -196,3 +280,14 @@ def _mtime(path: str) -> float:
         return os.stat(path).st_mtime
     except OSError:
         return 0.0
+
+
+def _runs(blocks: list[int]) -> list[list[int]]:
+    """``blocks`` (sorted) as runs of consecutive numbers: each run is one request."""
+    runs: list[list[int]] = []
+    for b in blocks:
+        if runs and runs[-1][-1] == b - 1:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    return runs

@@ -257,10 +257,12 @@ class RemoteFile:
         """The bytes of each ``(start, stop)`` of one batch (see :func:`read_batch`)."""
         return read_batch([(self, a, b) for a, b in ranges])
 
-    def _fetch(self, start: int, stop: int) -> Any:
-        """Bytes ``[start, stop)`` from the cache, or from the store (verified, retried)."""
+    def _fetch(self, start: int, stop: int, *, wait: bool = True) -> Any:
+        """Bytes ``[start, stop)`` from the cache, or from the store (verified, retried).
+        ``wait=False`` (a read-ahead): None when another process of the machine is fetching
+        them into the shared cache, instead of waiting for it."""
         if self.cache is not None:
-            return self.cache.read(self, start, stop)
+            return self.cache.read(self, start, stop, wait=wait)
         return self.get(start, stop)
 
     def get(self, start: int, stop: int) -> bytes:
@@ -311,13 +313,14 @@ class _Flight:
     """One request of this process for bytes ``[start, stop)`` of ``file``, run by the batch
     that needs them or in the background: its bytes go to memory before it is done."""
 
-    __slots__ = ("file", "future", "key", "queued", "start", "stop")
+    __slots__ = ("ahead", "file", "future", "key", "queued", "start", "stop")
 
     def __init__(self, file: RemoteFile, start: int, stop: int, queued: bool = False) -> None:
         self.file, self.start, self.stop = file, start, stop
         self.key = (file.version, start, stop)
         self.future: Future[Any] = Future()
         self.queued = queued  # waiting for a background thread
+        self.ahead = queued  # a read-ahead (no batch waits for it yet)
 
 
 class _Flights:
@@ -336,8 +339,9 @@ class _Flights:
         """Run ``flight``: its bytes into memory, then its future done (an error in it)."""
         f = flight.file
         try:
-            data = f._fetch(flight.start, flight.stop)
-            f.memory.put(f.version, flight.start, data)
+            data = f._fetch(flight.start, flight.stop, wait=not flight.ahead)
+            if data is not None:  # None: another process fetches it into the shared cache
+                f.memory.put(f.version, flight.start, data)
         except BaseException as exc:
             flight.future.set_exception(exc)
         else:
@@ -407,7 +411,7 @@ def prefetch(requests: Sequence[tuple[RemoteFile, int, int]], *, shards: bool = 
         if sum(by_file[v][0].size for v in streamed) > memory().limit:
             streamed = set()  # chunks would be dropped before their samples are read
         else:
-            ahead = {v: by_file[v][0] for v in streamed if by_file[v][0].cache is None}
+            ahead = {v: by_file[v][0] for v in streamed}
     spans: list[tuple[RemoteFile, int, int]] = []
     for version, (file, ranges) in by_file.items():
         if version in streamed:
@@ -428,7 +432,7 @@ def prefetch(requests: Sequence[tuple[RemoteFile, int, int]], *, shards: bool = 
                 continue
             if flight is not None:  # queued for read-ahead: this batch takes it over
                 flights.queue.remove(flight)
-                flight.queued = False
+                flight.queued = flight.ahead = False
             elif file.memory.has(file.version, a, b):
                 continue  # landed meanwhile (bytes go to memory before a flight ends)
             else:
