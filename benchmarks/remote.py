@@ -266,9 +266,12 @@ def main() -> None:
                     spec = job(kind, urls, opts, batch=args.batch, state=None, mode="steady")
                     spec.update(workers=args.workers, warmup=args.warmup, steps=args.steps)
                     spec["reseed"] = not args.no_reseed
+                    proxy.reset()
                     if args.cache and where != "local":  # empty each run: a first read
                         spec["cache"] = tempfile.mkdtemp(prefix="run-", dir=args.cache)
                     rates.append(run_steady(spec))
+                    if where == "s3":  # what the server sent, all workers together
+                        row["s3_bytes"] = proxy.stats()["body_bytes"]
                     if spec.get("cache"):
                         shutil.rmtree(spec["cache"], ignore_errors=True)
                 row[f"{where}_per_s"] = statistics.median(rates)
@@ -321,12 +324,13 @@ def report(args: argparse.Namespace, data: pathlib.Path, results: dict[str, Any]
               f"{r['ratio']:.2f} | {r['requests']} | {r['bytes']:,} | {r['http_s']:.2f} | "
               f"{r['http_ratio']:.2f} |")  # fmt: skip
     print(f"\nsteady throughput, items/s, workers {args.workers}")
-    print("| kind | local | s3 | s3 / local | http | http / local |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| kind | local | s3 | s3 / local | s3 MB sent | http | http / local |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results["steady"]:
+        sent = f"{r['s3_bytes'] / 1e6:,.0f}" if "s3_bytes" in r else "-"
         print(
             f"| {r['kind']} | {r['local_per_s']:,.0f} | {r['s3_per_s']:,.0f} | {r['ratio']:.2f} "
-            f"| {r['http_per_s']:,.0f} | {r['http_ratio']:.2f} |"
+            f"| {sent} | {r['http_per_s']:,.0f} | {r['http_ratio']:.2f} |"
         )
     if results["compare"]:
         print("\nthe same tar samples, other loaders, same server")

@@ -449,7 +449,10 @@ def prefetch(requests: Sequence[tuple[RemoteFile, int, int]], *, shards: bool = 
         flight.future.result()  # this batch's own request failed: its error
         flight.file._next = max(flight.file._next, flight.stop)
     for flight in theirs:
-        if flight.future.exception() is not None:  # another's failed: try again, as our own
+        f = flight.file
+        if flight.future.exception() is not None or (  # another's failed, or a read-ahead
+            not f.memory.has(f.version, flight.start, flight.stop)  # left it to another
+        ):  # process of a shared cache: read it again, as our own (from the cache, now)
             again = _Flight(flight.file, flight.start, flight.stop)
             flights.land(again)
             again.future.result()
