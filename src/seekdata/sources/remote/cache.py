@@ -40,9 +40,11 @@ _LOCK = "lock"
 _TOTAL = "total"
 #: Default block size.
 BLOCK_BYTES = 4 << 20
-#: A claim older than this is taken over even if its process lives (a fetch is retried for
-#: at most a few minutes: faults.py).
-CLAIM_S = 600.0
+#: A claim older than this is taken over even if its process seems to live: a pid seen from
+#: another pid namespace (a container sharing the directory) may name some other process, and
+#: a fetch this slow is better made twice (the same bytes) than waited for. One request's
+#: timeout (stores.py).
+CLAIM_S = 120.0
 #: How often a process waiting for another's block looks again.
 _POLL_S = 0.005
 
