@@ -3,9 +3,12 @@ and resubmitted each time ends bit-identical to the uninterrupted job."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +62,38 @@ def test_sigkill_three_times_and_resume_is_bit_identical(tmp_path, capsys) -> No
     printed = capsys.readouterr().out
     assert "2 ranks × 1 worker," in printed and "interrupted job: 1 worker, SIGKILL" in printed
     assert "interrupted job: 0 workers, SIGKILL" in printed and "1 workers" not in printed
+
+
+def _job_processes(run: Path) -> list[int]:
+    """Processes whose demo configuration names ``run`` (ranks and their DataLoader workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if str(run).encode() in environ and b"SEEKDATA_DEMO_CONFIG" in environ:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to find the job's processes")
+def test_a_sigkill_at_the_time_limit_leaves_no_rank_running(tmp_path) -> None:
+    """torchrun starts each rank in a session of its own: killing torchrun's process group
+    alone left the ranks training on beside the resubmitted job. The kill ends them all."""
+    run = tmp_path / "job"
+    run.mkdir()
+    argv = ["--ranks", "2", "--workers", "1", "--steps", "100000", "--n", "48"]
+    args = demo.parse([*argv, "--batch-size", "8", "--ckpt-every", "1000", "--out", str(tmp_path)])
+    try:
+        killed = demo._wait(demo._launch(args, run, 1), run, 240, 2)
+        assert not killed  # it was killed at step 2, long before its end
+        assert _job_processes(run) == []
+    finally:
+        for pid in _job_processes(run):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize(

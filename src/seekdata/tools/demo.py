@@ -11,6 +11,7 @@ parameters with the uninterrupted job, prints a table and writes a plot.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -175,8 +176,7 @@ def _wait(
     try:
         while proc.poll() is None:
             if kill_at is not None and _last_step(run, 0, skip) >= kill_at:
-                os.killpg(proc.pid, signal.SIGKILL)  # the time limit: no warning, no cleanup
-                proc.wait()
+                _kill_job(proc)  # the time limit: no warning, no cleanup
                 return False
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -185,8 +185,7 @@ def _wait(
             time.sleep(0.05)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _kill_job(proc)
     if proc.returncode != 0:
         log = run / "torchrun.log"
         if finished() and _ABORT in log.read_text(errors="replace"):
@@ -200,6 +199,54 @@ def _wait(
             return True
         raise RuntimeError(f"demo: the job in {run} failed (exit {proc.returncode}); see {log}")
     return True
+
+
+def _kill_job(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the whole job, as a cluster's time limit does: torchrun's process group and
+    every process under it. torchrun starts each rank in a session of its own, so killing
+    torchrun's group alone left the ranks training on, writing logs and checkpoints beside
+    the resubmitted job. torchrun is stopped first, so it restarts no rank while the ranks
+    (each with its DataLoader workers, in its group) are found and killed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGSTOP)
+    groups: set[int] = set()
+    for pid in _descendants(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            groups.add(os.getpgid(pid))
+    for group in [*sorted(groups - {proc.pid}), proc.pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+    proc.wait()
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes under ``root`` (Linux's /proc; elsewhere psutil where installed, else
+    none: there torchrun's group alone is killed)."""
+    parents: dict[int, list[int]] = {}
+    proc_dir = Path("/proc")
+    if proc_dir.is_dir():
+        for entry in proc_dir.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:  # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+            parents.setdefault(ppid, []).append(int(entry.name))
+    else:  # pragma: no cover - no /proc (macOS)
+        try:
+            import psutil
+
+            return [p.pid for p in psutil.Process(root).children(recursive=True)]
+        except Exception:
+            return []
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 #: how torchrun's failure report names a rank that died of SIGABRT
