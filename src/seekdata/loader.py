@@ -21,7 +21,7 @@ from seekdata._loader import frameworks as _frameworks
 from seekdata._loader.config import LoaderConfig
 from seekdata._loader.engines import Engine, build
 from seekdata._loader.engines.seekable import SeekableEngine
-from seekdata._loader.torch_api import FORWARDED, FROZEN
+from seekdata._loader.torch_api import FORWARDED, FROZEN, check_worker_method
 
 __all__ = ["StatefulDataLoader"]
 
@@ -59,7 +59,12 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     ``load_state_dict()``
     is O(1) and accepts another ``num_workers`` or world size. ``snapshot_every_n_steps`` is
     torchdata's: accepted and stored; a cursor is exact at every step whatever its value (it is
-    passed on to torchdata for iterable datasets).
+    passed on to torchdata for iterable datasets). ``worker_method`` is torch's:
+    ``"multiprocessing"`` (the default) runs ``num_workers`` worker processes, ``"thread"`` runs
+    them as threads of this process — the same batches and the same state (a checkpoint moves
+    between the two), no copy of the dataset per worker; a dataset must then draw its
+    randomness from seekdata's streams, and a draw from a global generator raises
+    (docs/threads.md).
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         device: str | torch.device | None = None,
         device_prefetch: int = 1,
         grown: Sequence[Growth] | None = None,
+        worker_method: str = "multiprocessing",
     ) -> None:
         config = LoaderConfig.from_args(
             dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
@@ -100,7 +106,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
             reseed_global_rng=reseed_global_rng, batch_transform=batch_transform,
             snapshot_every_n_steps=snapshot_every_n_steps, step_rng=step_rng,
             batched_fetch=batched_fetch, device=device, device_prefetch=device_prefetch,
-            grown=grown, where="StatefulDataLoader",
+            grown=grown, where="StatefulDataLoader", worker_method=worker_method,
         )  # fmt: skip
         # torch's attributes, as frameworks read them (the engines read the config)
         self.dataset = dataset
@@ -121,6 +127,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         self.worker_init_fn = worker_init_fn
         self.prefetch_factor = config.options["prefetch_factor"]
         self.persistent_workers = persistent_workers
+        self.worker_method = config.worker_method
         self.batch_transform = batch_transform
         self.device = None if config.lookahead is None else config.lookahead.device
         self.device_prefetch = device_prefetch
@@ -143,6 +150,17 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
                 f"initialized: it defines the stream (torch refuses it too); got {attr}="
                 f"{val!r}; build a new loader with it"
             )
+        if attr == "worker_method":  # read at every iter(), as torch's FORWARDED ones
+            context = self.multiprocessing_context
+            val = check_worker_method(val, context, type(self).__name__)
+            if val == "thread" and isinstance(self.dataset, torch.utils.data.IterableDataset):
+                raise ValueError(
+                    f"{type(self).__name__}: worker_method='thread' runs map-style datasets; "
+                    f"got an IterableDataset (its state is torchdata's, per worker process); "
+                    f"keep worker_method='multiprocessing'"
+                )
+        if attr == "multiprocessing_context" and val is not None:
+            check_worker_method(self.worker_method, val, type(self).__name__)
         if attr == "step_rng":  # read at every iter(), as torch's FORWARDED ones
             val = check_bool(val, attr, type(self).__name__)
             self._engine.step_rng = val

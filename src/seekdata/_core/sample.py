@@ -76,6 +76,9 @@ class _Fetch(threading.local):
     generator: np.random.Generator | None = None
     state: Any = None  # the Philox state dict, mutated in place and assigned back
     key_for: tuple[int, int] = (-1, -1)
+    # a seekdata thread worker (worker_method="thread"): global RNG is every thread's, so
+    # nothing reseeds it here (a Mixture reads this), and the loader watches it instead
+    threaded: bool = False
 
     def __init__(self) -> None:  # runs once in every thread that touches it
         self.now: list[Any] = [-1, False, None, (), -1]

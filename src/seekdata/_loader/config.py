@@ -27,7 +27,7 @@ from seekdata._core.growth import Growth
 from seekdata._loader import device as _device
 from seekdata._loader.frameworks import Reshard
 from seekdata._loader.seed import default_seed
-from seekdata._loader.torch_api import check_torch_args
+from seekdata._loader.torch_api import check_torch_args, check_worker_method
 
 __all__ = ["LoaderConfig"]
 
@@ -56,6 +56,7 @@ class LoaderConfig:
     lookahead: _device.DevicePrefetch | None  # device= / device_prefetch=
     options: Mapping[str, Any]  # torch's DataLoader arguments every engine passes on unchanged
     reshard: Reshard | None  # Lightning's DDP rebuilt the loader: the rank to become
+    worker_method: str = "multiprocessing"  # workers are processes, or threads ("thread")
 
     @property
     def per_sample(self) -> bool:
@@ -94,6 +95,7 @@ class LoaderConfig:
         grown: Sequence[Growth] | None,
         where: str,
         stacklevel: int = 2,
+        worker_method: Any = "multiprocessing",
     ) -> LoaderConfig:
         """Check every argument once (a wrong one raises, in torch's order first); ``stacklevel``
         points the ``generator=`` warning at the user's line."""
@@ -108,6 +110,7 @@ class LoaderConfig:
             dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, drop_last,
             timeout, prefetch_factor, persistent_workers,
         )  # fmt: skip
+        worker_method = check_worker_method(worker_method, multiprocessing_context, where)
         if batch_sampler is not None:
             batch_size, drop_last = None, False  # torch's rule: the batch sampler decides both
         seed_explicit = seed is not None  # else the checkpoint's seed wins at load
@@ -131,6 +134,13 @@ class LoaderConfig:
         if batch_size is not None:
             batch_size = check_int(batch_size, "batch_size", where, 1)
         iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        if iterable and worker_method == "thread":
+            raise ValueError(
+                f"{where}: worker_method='thread' runs map-style datasets (a Dataset with "
+                f"__getitem__); an IterableDataset's state is torchdata's, kept per worker "
+                f"process; got an IterableDataset; pass "
+                f"worker_method='multiprocessing', or a map-style dataset (docs/threads.md)"
+            )
         _check_batch_transform(batch_transform, iterable, batch_size, batch_sampler, where)
         _check_shuffle(shuffle, sampler, batch_sampler, where)
         if generator is not None:
@@ -182,6 +192,7 @@ class LoaderConfig:
             lookahead=lookahead,
             options=options,
             reshard=reshard,
+            worker_method=worker_method,
         )
 
 

@@ -94,8 +94,12 @@ class FailedBatch:
         """The exception being handled, as a value: as is in the main process; in a worker,
         wrapped as torch wraps a worker's error (its traceback as text: it crosses a pipe)."""
         info = torch.utils.data.get_worker_info()
-        if info is None:
-            return FailedBatch(sys.exc_info()[1])
+        if info is None or getattr(info, "worker_method", None) == "thread":
+            # this process (a thread worker too): the exception itself, with its traceback
+            error = sys.exc_info()[1]
+            if info is not None:
+                _note(error, f"in DataLoader worker thread {info.id}")  # type: ignore[arg-type]
+            return FailedBatch(error)
         # torch's own wrapper (private, stable since torch 1.0): the error torch's iterator
         # would raise for this worker, "Caught X in DataLoader worker process N" and the trace
         return FailedBatch(ExceptionWrapper(where=f"in DataLoader worker process {info.id}"))

@@ -27,7 +27,35 @@ FORWARDED = (
     "multiprocessing_context",
     "worker_init_fn",
     "collate_fn",
+    "worker_method",
 )
+
+#: torch's names for where workers run (``worker_method=``): processes (the default) or threads
+WORKER_METHODS = ("multiprocessing", "thread")
+
+
+def check_worker_method(worker_method: Any, multiprocessing_context: Any, where: str) -> str:
+    """``worker_method``: one of :data:`WORKER_METHODS`; threads take no process start method."""
+    if not isinstance(worker_method, str):
+        raise ArgumentError(
+            f"{where}: worker_method must be a str, one of {WORKER_METHODS}; got "
+            f"{type(worker_method).__name__} {worker_method!r}; pass worker_method='thread' or "
+            f"'multiprocessing'"
+        )
+    if worker_method not in WORKER_METHODS:
+        raise ValueError(
+            f"{where}: worker_method must be one of {WORKER_METHODS}; got {worker_method!r}; "
+            f"pass worker_method='thread' for threads of this process, or 'multiprocessing' "
+            f"(the default) for worker processes"
+        )
+    if worker_method == "thread" and multiprocessing_context is not None:
+        raise ValueError(
+            f"{where}: multiprocessing_context chooses how worker processes start, but "
+            f"worker_method='thread' starts threads; got multiprocessing_context="
+            f"{multiprocessing_context!r}; drop multiprocessing_context, or pass "
+            f"worker_method='multiprocessing'"
+        )
+    return worker_method
 
 
 def check_torch_args(

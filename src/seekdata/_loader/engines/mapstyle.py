@@ -10,6 +10,7 @@ engine is the one caller of the cursor's moves.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,6 +29,7 @@ from seekdata._loader.device import DevicePrefetch
 from seekdata._loader.fetch import Collate, FailedBatch, KeyedDataset, WorkerInit
 from seekdata._loader.plan import Plan, PlannedBatch
 from seekdata._loader.seed import seed_to_adopt
+from seekdata._loader.threads import THREAD, Pool, RngWatch, pinned
 
 _ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker base seeds)
 WHERE = "StatefulDataLoader"
@@ -89,6 +91,12 @@ class MapEngine:
             generator=rng.torch_generator(self.seed, _ENGINE_TAG),
             **config.options,
         )
+        # worker_method="thread": the same fetch in threads of this process, which never
+        # reseed global RNG (every thread shares it): a draw from it raises (RngWatch)
+        self.worker_method = config.worker_method
+        self.thread_keyed = KeyedDataset(dataset, self.seed, False, config.batched_fetch)
+        self.thread_collate = Collate(collate_fn, config.batch_transform, self.seed, False)
+        self._pool: Pool | None = None  # persistent thread workers
 
     # --- what a subclass provides ---------------------------------------------------------------
 
@@ -198,6 +206,7 @@ class MapEngine:
         self.seed = seed
         self.keyed.seed = seed
         self.loader.collate_fn.seed = seed  # type: ignore[union-attr]  # our Collate
+        self.thread_keyed.seed = self.thread_collate.seed = seed
         self.loader.generator = rng.torch_generator(seed, _ENGINE_TAG)
         # persistent workers hold copies keyed by the old seed: let the next iter() start anew
         if getattr(self.loader, "_iterator", None) is not None:
@@ -214,13 +223,45 @@ class MapEngine:
         return it
 
     def set_option(self, name: str, value: Any) -> None:
+        if name == "worker_method":
+            self.worker_method = value
+            return
         if name == "worker_init_fn":
             value = WorkerInit(value)
         elif name == "collate_fn":
+            self.thread_collate = Collate(value, self.config.batch_transform, self.seed, False)
             value = Collate(
                 value, self.config.batch_transform, self.seed, self.config.reseed_global_rng
             )
+        if name in ("num_workers", "worker_init_fn") and self._pool is not None:
+            self._pool.close()  # persistent thread workers of the old setting
+            self._pool = None
         setattr(self.loader, name, value)
+
+    def thread_batches(self, planned: Iterator[PlannedBatch]) -> Iterator[Any]:
+        """The planned batches fetched and collated by ``num_workers`` threads, in order."""
+        loader = self.loader
+        n = loader.num_workers
+        persistent = bool(loader.persistent_workers)
+        pool = self._pool
+        if pool is None or not pool.alive:
+            # the worker seeds torch's iterator would give (get_worker_info().seed)
+            base = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator))
+            user_fn = loader.worker_init_fn.user_fn  # type: ignore[union-attr]  # our WorkerInit
+            watch = RngWatch(self.config.reseed)
+            pool = Pool(n, self.keyed.dataset, base, user_fn, watch)
+            self._pool = pool if persistent else None
+        keyed, collate = self.thread_keyed, self.thread_collate
+        fetch = keyed.__getitems__ if loader.batch_sampler is not None else keyed.__getitem__
+
+        def fetched(batch: PlannedBatch) -> Any:
+            return collate(fetch(batch))
+
+        work: Callable[[Any], Any] = fetched
+        if loader.pin_memory and _can_pin():
+            work = pinned(fetched)
+        depth = (loader.prefetch_factor or 2) * n
+        return pool.batches(planned, work, depth, loader.timeout, FailedBatch, not persistent)
 
     def fields(self, seed: int | None = None) -> dict[str, Any]:
         """The fields that define the stream; ``seed`` replaces ours (a seed to adopt)."""
@@ -318,8 +359,10 @@ class _LoaderIter:
             self._step_seed = step_seed(engine.seed, plan.epoch)
             self._rank = engine.rank()
         loader = engine.loader
-        if loader.num_workers == 0 and not loader.pin_memory:
-            batches: Iterator[Any] = _in_process(engine, engine.batches(plan))
+        if loader.num_workers > 0 and engine.worker_method == THREAD:
+            batches: Iterator[Any] = engine.thread_batches(engine.batches(plan))
+        elif loader.num_workers == 0 and not loader.pin_memory:
+            batches = _in_process(engine, engine.batches(plan))
         else:
             engine.planned.hand(engine.batches(plan), plan.num_batches)
             with preemption.starting_workers():
@@ -387,3 +430,15 @@ def _in_process(engine: MapEngine, planned: Iterator[PlannedBatch]) -> Iterator[
     fetch = keyed.__getitems__ if loader.batch_sampler is not None else keyed.__getitem__
     for batch in planned:
         yield collate(fetch(batch))
+
+
+def _can_pin() -> bool:
+    """torch's rule: ``pin_memory`` pins when an accelerator is there, else warns and does not."""
+    if torch.accelerator.is_available():
+        return True
+    warnings.warn(
+        "'pin_memory' argument is set as true but no accelerator is found, then device pinned "
+        "memory won't be used.",
+        stacklevel=4,
+    )
+    return False

@@ -411,7 +411,10 @@ class Mixture(torch.utils.data.Dataset):
                 f"reads it; resume from a checkpoint saved after its removal, or pass its dataset"
             )
         seed = self.source_seeds[k]
-        seeds = sample_seeds(seed, source_epoch, index) if self.reseed_global_rng else None
+        # a thread worker never reseeds global RNG, which every thread shares (the loader
+        # watches it instead: docs/threads.md)
+        reseed = self.reseed_global_rng and not fetch.threaded
+        seeds = sample_seeds(seed, source_epoch, index) if reseed else None
         # in the main process outside a loader, put the caller's global RNG back afterwards;
         # inside a seekdata loader that reseeds, the loader does it once per batch
         in_main = torch.utils.data.get_worker_info() is None
