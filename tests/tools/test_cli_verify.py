@@ -193,6 +193,22 @@ def test_add_parser_registers_verify() -> None:
     assert args.run is verify.run
 
 
+def test_help_says_the_factory_must_take_num_workers() -> None:
+    """issue 35: --help did not say that --resume-workers N calls FACTORY(num_workers=N)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "seekdata", "verify", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # argparse wraps at the terminal's width
+    assert "FACTORY(num_workers=N), so the factory must accept a num_workers keyword" in text
+    assert "def make_loader(num_workers=0)" in text
+    assert "--resume-workers N build the resumed loaders with FACTORY(num_workers=N): the " in text
+    assert "FACTORY() returns a loader" in text and "(loader, step_fn)" in text
+
+
 def test_run_loop_is_the_loop_of_verify_and_assert_exact_resume() -> None:
     """One loop: epochs, a per-epoch limit, a mid-epoch start, a stop, the after-epoch call."""
     from seekdata import testing

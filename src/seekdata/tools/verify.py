@@ -43,12 +43,16 @@ _CAUSES = (
     "in __init__, a seed from time or the pid), state kept in the dataset or collate_fn, or a "
     "step_fn whose randomness is not keyed by the step"
 )
+_RESUME_WORKERS = (
+    "build the resumed loaders with FACTORY(num_workers=N): the factory must accept that "
+    "keyword (the uninterrupted run calls FACTORY())"
+)
 #: (option, type, default, least value, metavar, help)
 _OPTIONS: tuple[tuple[str, type, Any, int, str, str], ...] = (
     ("--epochs", int, 2, 1, "N", "epochs to run (default 2)"),
     ("--stops", int, 5, 1, "N", "stop points to resume from (default 5)"),
     ("--seed", int, 0, 0, "N", "seed of the random stop points (default 0)"),
-    ("--resume-workers", int, None, 0, "N", "build the resumed loaders with num_workers=N"),
+    ("--resume-workers", int, None, 0, "N", _RESUME_WORKERS),
     ("--steps-per-epoch-limit", int, None, 1, "N", "end each epoch's loop after N batches"),
     ("--timeout", float, 600.0, 0, "S", "seconds each process may run (default 600)"),
 )
@@ -62,7 +66,13 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Run FACTORY's loader uninterrupted and resumed from its JSON state at several "
             "stop points, each run in a fresh process, and compare every batch bit for bit. "
-            "Exit 0 on a pass, 1 on a divergence, 2 on errors."
+            "FACTORY() returns a loader (iterable, with state_dict() of JSON-native values and "
+            "load_state_dict(state); set_epoch(epoch) is called when it has one) or a pair "
+            "(loader, step_fn) with step_fn(batch, step) a model step whose outputs are "
+            "compared too. With --resume-workers N the resumed runs call "
+            "FACTORY(num_workers=N), so the factory must accept a num_workers keyword, e.g. "
+            "def make_loader(num_workers=0). "
+            "Exit 0 on a pass, 1 on a divergence, 2 on errors (docs/cli.md)."
         ),
     )
     _arguments(parser)
@@ -72,7 +82,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "factory",
         metavar="MODULE:FACTORY",
-        help="the function that builds the loader: 'pkg.mod:make' or 'path/to/file.py:make'",
+        help="the function that builds the loader: 'pkg.mod:make' or 'path/to/file.py:make'; "
+        "called FACTORY(), or FACTORY(num_workers=N) under --resume-workers N",
     )
     for option, kind, default, _, metavar, text in _OPTIONS:
         parser.add_argument(option, type=kind, default=default, metavar=metavar, help=text)
