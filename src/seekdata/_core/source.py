@@ -8,18 +8,27 @@ and so that it can be a source of a :class:`seekdata.Mixture`. ``Mixture``, ``Ta
 token corpora declare these members; a dataset of yours declares those that apply
 (docs/sources.md). Every member is optional: the loader reads each one through the accessor
 below it (never with a ``getattr`` of its own), and a dataset without it gets the default the
-accessor names. This module lives in the core because the core reads the declarations (the
-state checks, growth, the orders); it imports nothing above it.
+accessor names. A dataset that wraps a source answers every member for it
+(:class:`WrapsSource`); torch's own wrappers of a signed source get a signature derived from
+what they wrap (:func:`declared`). This module lives in the core because the core reads the
+declarations (the state checks, growth, the orders); it imports nothing above it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "ABSENT",
+    "MEMBERS",
     "SeekableSource",
+    "WrapsSource",
     "append_stable",
+    "declared",
     "finds_sources",
     "grow_instead",
     "has_stream_records",
@@ -101,76 +110,203 @@ class SeekableSource(Protocol):
     def __getitem__(self, index: int) -> Any: ...
 
 
+#: The members of the protocol, in the order :class:`SeekableSource` documents them. Every
+#: accessor below reads one of them through :func:`declared`; :class:`WrapsSource` forwards
+#: each of them (tests/transforms/test_wrapper_protocol.py checks all three agree).
+MEMBERS = (
+    "stream_signature",
+    "signature_of_first",
+    "append_stable",
+    "grow_instead",
+    "shard_sizes",
+    "shard_sizes_of_first",
+    "stream_records",
+    "source_signatures",
+    "source_with_id",
+    "shuffles_itself",
+    "reseeds_global_rng_itself",
+)
+
+
+class _Absent:
+    __slots__ = ()
+
+    def __bool__(self) -> bool:  # an absent flag reads as False
+        return False
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+#: What :func:`declared` returns for a member a dataset does not declare.
+ABSENT: Any = _Absent()
+
+
+def declared(dataset: Any, name: str) -> Any:
+    """What ``dataset`` declares for the protocol member ``name`` (one of :data:`MEMBERS`), or
+    :data:`ABSENT`: the one place a declaration is read.
+
+    Its own attribute first; a dataset without a ``stream_signature`` that is one of torch's
+    wrappers (``Subset``, ``ConcatDataset``, ``StackDataset``) of a signed dataset gets one
+    derived from what it wraps (:func:`_derived_signature`), so a changed source behind it is
+    refused like the source itself."""
+    if name not in MEMBERS:
+        raise ValueError(
+            f"declared: name must be a member of the source protocol {MEMBERS}; got {name!r}; "
+            f"add a new member to MEMBERS and document it in SeekableSource"
+        )
+    value = getattr(dataset, name, ABSENT)
+    if value is ABSENT and name == "stream_signature":
+        derived = _derived_signature(dataset)
+        return ABSENT if derived is None else derived
+    return value
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+
+def _derived_signature(dataset: Any) -> str | None:
+    """The signature of torch's wrapper ``dataset`` around signed datasets; None when it is
+    none of them, or when nothing it wraps is signed (then, as without a wrapper, the loader
+    checks only the length).
+
+    - ``Subset(ds, indices)``: the inner signature and a digest of the indices (sha256 of them
+      as little-endian int64), so other indices or a changed ``ds`` differ;
+    - ``ConcatDataset(parts)``, ``StackDataset(*parts, **parts)``: a digest of each part's
+      length and signature (None for an unsigned part, which is checked by its length only),
+      in order (and by key), so a changed, reordered or resized part differs.
+
+    torch is not imported here (the torch-free tools import this module): a dataset that is one
+    of torch's wrappers was made with torch, so it is in ``sys.modules`` already."""
+    data = sys.modules.get("torch.utils.data")
+    if data is None:
+        return None
+    if isinstance(dataset, data.Subset):
+        inner = stream_signature(dataset.dataset)
+        if inner is None:
+            return None
+        import numpy as np  # loaded with torch
+
+        indices = np.asarray(dataset.indices, dtype="<i8")
+        picked = hashlib.sha256(indices.tobytes()).hexdigest()[:16]
+        return f"Subset({len(indices)} of {inner}, indices {picked})"
+    parts: list[Any]
+    if isinstance(dataset, data.ConcatDataset):
+        kind, parts = "ConcatDataset", [[None, d] for d in dataset.datasets]
+    elif isinstance(dataset, data.StackDataset):
+        kind, stacked = "StackDataset", dataset.datasets
+        items = stacked.items() if isinstance(stacked, dict) else enumerate(stacked)
+        parts = [[key, d] for key, d in items]
+    else:
+        return None
+    described = [[key, len(d), stream_signature(d)] for key, d in parts]
+    if all(signature is None for _, _, signature in described):
+        return None
+    return f"{kind}({len(parts)} parts, {_digest(described)})"
+
+
+def _forwarded(name: str) -> property:
+    def get(self: Any) -> Any:
+        value = declared(self.dataset, name)
+        if value is ABSENT:
+            raise AttributeError(
+                f"{type(self).__name__}: its dataset ({type(self.dataset).__name__}) does not "
+                f"declare {name!r}"
+            )
+        return value
+
+    return property(get, doc=f"The wrapped dataset's ``{name}`` (source protocol).")
+
+
+class WrapsSource:
+    """Base of a dataset that wraps a source (its ``dataset`` attribute) and answers every
+    member of the protocol (:data:`MEMBERS`) for it: each one is the wrapped dataset's, as
+    :func:`declared` reads it, and absent where the wrapped dataset declares nothing — so a
+    checkpoint over other data is refused through the wrapper as without it (DESIGN: "wrappers
+    carry the protocol"). A wrapper that changes what a member says (it reorders items, say)
+    overrides that member."""
+
+    dataset: Any
+
+
+for _name in MEMBERS:
+    setattr(WrapsSource, _name, _forwarded(_name))
+del _name
+
+
 # --- the accessors: the one place each member is read ------------------------------------------
 
 
 def stream_signature(dataset: Any) -> str | None:
-    """``dataset.stream_signature``; None when it declares none (or not a str)."""
-    value = getattr(dataset, "stream_signature", None)
+    """``dataset.stream_signature`` (derived for torch's wrappers, see :func:`declared`); None
+    when it declares none (or not a str)."""
+    value = declared(dataset, "stream_signature")
     return value if isinstance(value, str) else None
 
 
 def signature_of_first(dataset: Any) -> Callable[[int], str] | None:
     """``dataset.signature_of_first``; None when it declares none."""
-    first = getattr(dataset, "signature_of_first", None)
+    first = declared(dataset, "signature_of_first")
     return first if callable(first) else None
 
 
 def append_stable(dataset: Any) -> bool:
     """``dataset.append_stable``: only an explicit ``False`` refuses growth."""
-    return getattr(dataset, "append_stable", None) is not False
+    return declared(dataset, "append_stable") is not False
 
 
 def grow_instead(dataset: Any) -> str | None:
     """``dataset.grow_instead``: what to do instead of growing; None when it says nothing."""
-    instead = getattr(dataset, "grow_instead", None)
+    instead = declared(dataset, "grow_instead")
     return str(instead) if instead else None
 
 
 def shard_sizes(dataset: Any) -> Sequence[int] | None:
     """``dataset.shard_sizes``; None for a dataset that is not sharded."""
-    return getattr(dataset, "shard_sizes", None)
+    sizes = declared(dataset, "shard_sizes")
+    return None if sizes is ABSENT else sizes
 
 
 def shard_sizes_of_first(dataset: Any) -> Callable[[int], Sequence[int]] | None:
     """``dataset.shard_sizes_of_first``; None when it declares none."""
-    first = getattr(dataset, "shard_sizes_of_first", None)
+    first = declared(dataset, "shard_sizes_of_first")
     return first if callable(first) else None
 
 
 def stream_records(dataset: Any, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
     """``dataset.stream_records(epoch, position, always)``; ``{}`` without it."""
-    records = getattr(dataset, "stream_records", None)
+    records = declared(dataset, "stream_records")
     return dict(records(epoch, position, always)) if callable(records) else {}
 
 
 def has_stream_records(dataset: Any) -> bool:
     """Whether ``dataset`` declares ``stream_records`` (a stream with a history)."""
-    return callable(getattr(dataset, "stream_records", None))
+    return callable(declared(dataset, "stream_records"))
 
 
 def source_signatures(dataset: Any) -> list[list[Any]]:
     """``dataset.source_signatures()``; ``[]`` without it."""
-    sources = getattr(dataset, "source_signatures", None)
+    sources = declared(dataset, "source_signatures")
     return list(sources()) if callable(sources) else []
 
 
 def finds_sources(dataset: Any) -> bool:
     """Whether ``dataset`` declares ``source_with_id`` (recorded sources can be checked)."""
-    return callable(getattr(dataset, "source_with_id", None))
+    return callable(declared(dataset, "source_with_id"))
 
 
 def source_with_id(dataset: Any, source_id: int) -> tuple[str, Any] | None:
     """``dataset.source_with_id(source_id)``; None without it or without that source."""
-    find = getattr(dataset, "source_with_id", None)
+    find = declared(dataset, "source_with_id")
     return find(source_id) if callable(find) else None
 
 
 def shuffles_itself(dataset: Any) -> bool:
     """``dataset.shuffles_itself``; False without it."""
-    return bool(getattr(dataset, "shuffles_itself", False))
+    return bool(declared(dataset, "shuffles_itself"))
 
 
 def reseeds_global_rng_itself(dataset: Any) -> bool:
     """``dataset.reseeds_global_rng_itself``; False without it."""
-    return bool(getattr(dataset, "reseeds_global_rng_itself", False))
+    return bool(declared(dataset, "reseeds_global_rng_itself"))

@@ -17,7 +17,7 @@ from seekdata.transforms._arrays import check_callable, check_generator
 from seekdata.transforms._compose import Transform
 
 
-class TransformedDataset(Dataset):
+class TransformedDataset(_source.WrapsSource, Dataset):
     """Map-style dataset: ``ds[i] = transform(dataset[i], seekdata.sample_rng())``.
 
     The stream is the sample's, a pure function of (seed, epoch, i), so a seekdata loader
@@ -27,6 +27,11 @@ class TransformedDataset(Dataset):
     ``field`` (an int or a str) applies the transform to ``sample[field]`` only, for
     samples that are tuples, lists or dicts such as ``(image, label)``; the other entries
     pass through.
+
+    It answers the source protocol for ``dataset`` (:class:`seekdata.sources.SeekableSource`):
+    its ``stream_signature``, shards, growth and the rest are the wrapped dataset's, so a
+    checkpoint over other data is refused through the wrapper as without it. The signature
+    does not cover the transform: changing an augmentation between runs is yours to decide.
     """
 
     def __init__(
@@ -49,20 +54,18 @@ class TransformedDataset(Dataset):
         self.field = field
 
     @property
-    def shard_sizes(self) -> Any:
-        """The wrapped dataset's shard layout, so ``order="shards"`` works through the wrapper."""
-        sizes = _source.shard_sizes(self.dataset)
-        if sizes is None:
-            raise AttributeError(f"{type(self.dataset).__name__} has no shard_sizes")
-        return sizes
-
-    @property
-    def shard_sizes_of_first(self) -> Any:
-        """The wrapped dataset's shards before it grew, so it grows through the wrapper."""
-        then = _source.shard_sizes_of_first(self.dataset)
-        if then is None:
-            raise AttributeError(f"{type(self.dataset).__name__} has no shard_sizes_of_first")
-        return then
+    def reseeds_global_rng_itself(self) -> Any:
+        """The wrapped dataset's (a :class:`seekdata.Mixture` reseeds each sample itself): this
+        class draws nothing from global RNG before fetching ``dataset[i]``, so the loader's
+        reseeding before it would be overwritten unseen. A subclass that overrides
+        ``__getitem__`` may draw first: the loader reseeds for it."""
+        value = _source.declared(self.dataset, "reseeds_global_rng_itself")
+        if value is _source.ABSENT or type(self).__getitem__ is not TransformedDataset.__getitem__:
+            raise AttributeError(
+                f"{type(self).__name__}: no reseeds_global_rng_itself (its dataset declares none, "
+                f"or it overrides __getitem__)"
+            )
+        return value
 
     def _apply(self, sample: Any, rng: np.random.Generator) -> Any:
         field = self.field
