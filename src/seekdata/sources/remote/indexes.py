@@ -13,8 +13,10 @@ file's footer) is built by one pass over the object the first time, then kept:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import posixpath
+from typing import Any
 
 from seekdata.sources.remote import faults as _faults
 from seekdata.sources.remote.stores import Stores
@@ -47,6 +49,16 @@ def load(stores: Stores, url: str, suffix: str, index_dir: str | None) -> bytes 
         return _faults.retrying(loc.url, "read the index", lambda: backend.whole(loc.key))
     except ValueError:
         return None  # missing (or unreadable): built again
+
+
+def parse_json(data: bytes | str) -> Any:
+    """``data`` as JSON, or None when it is not JSON (not UTF-8, not JSON, or nested deeper
+    than the parser goes: a ``RecursionError``). Every family's index goes through this, and
+    an index that is not JSON is built again, whatever is wrong with its bytes."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
 
 
 def check_place(stores: Stores, url: str, suffix: str, index_dir: str | None) -> None:

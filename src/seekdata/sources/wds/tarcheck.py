@@ -7,6 +7,10 @@ sample. These checks make both impossible at almost no cost:
 
 - :func:`index_problem`, when an index is loaded: every member's data lies inside the shard,
   on a 512-byte block after its headers, and members do not overlap, in tar order.
+- :func:`end_problem`, when an index is loaded: the 512 bytes at the index's ``end`` are the
+  end-of-archive marker (a zero block: where tarfile, and so webdataset, stops reading), so a
+  sample dropped from the end of an index, with ``end`` moved back to where its headers begin,
+  is seen. One small read per shard (a range request for a remote shard), not per sample.
 - :func:`unlisted_member`, when an index is loaded: the byte ranges between one listed
   member's data and the next one's headers (and before the first, and after the last up to the
   end-of-archive marker; :func:`unlisted_regions`). In a shard of samples only there are none,
@@ -60,6 +64,26 @@ def index_problem(index: Any) -> str | None:
     if not ends[-1] <= index.end <= index.size - _BLOCK:
         return f"an end of archive at byte {index.end}, before the last member or the shard's end"
     return None
+
+
+def end_problem(block: bytes, index: Any) -> str | None:
+    """What the 512 bytes ``block`` read at ``index.end`` (of a sound ``index``, see
+    :func:`index_problem`) are instead of the end-of-archive marker, or None when they are it.
+
+    The marker is the first all-zero block, as tarfile reads an archive (a second one, and
+    padding to a record of 10,240 bytes, are what writers add after it; nothing reads them), so
+    one block is all this reads. Where the index's ``end`` was moved back over samples it no
+    longer lists, the first of their headers is there instead.
+    """
+    if block == bytes(_BLOCK):
+        return None
+    where = f"no end-of-archive marker at byte {index.end}, the end the index records"
+    if len(block) != _BLOCK:
+        return f"{where}: the shard ends {len(block)} bytes after it"
+    if _checksum_ok(block):
+        name = block[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+        return f"{where}: a tar header ({name!r}) is there, of members the index does not list"
+    return f"{where}: the bytes there are not zero"
 
 
 def _ends(index: Any) -> np.ndarray:

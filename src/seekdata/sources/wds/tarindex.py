@@ -4,14 +4,14 @@ An index lists each sample's ``__key__`` and each member's extension, data offse
 header bytes (its tar header, with any pax or long-name headers before it), grouped as
 webdataset groups them, and where the archive ends. It is a JSON file beside the shard
 (``<shard>.seekdata-index.json``) or under ``index_dir``, stamped with the shard's size
-and mtime. Missing or unreadable: built. Same stamp: used without reading the shard.
-Same size, new mtime: rescanned, and kept if no sample moved. Otherwise the shard
-changed: a ``ValueError`` naming it, unless ``rebuild=True``.
+and mtime. Missing or unreadable: built. Same stamp: used after cheap checks (tarcheck: its
+offsets tile the shard, the end-of-archive marker is at its ``end``; one small read). Same
+size, new mtime: rescanned, and kept if no sample moved. Otherwise the shard changed: a
+``ValueError`` naming it, unless ``rebuild=True``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from webdataset.tariterators import base_plus_ext
 
+from seekdata.sources.remote import indexes as _indexes
 from seekdata.sources.wds import tarcheck as _tarcheck
 from seekdata.sources.wds.urls import is_remote, local_path, url_scheme
 
@@ -264,10 +265,22 @@ def _truncated(url: str, detail: str) -> str:
 
 def _read_index(ipath: str) -> ShardIndex | None:
     try:
-        with open(ipath, encoding="utf-8") as f:
-            return ShardIndex.from_json(json.load(f))
-    except (OSError, ValueError):
-        return None  # missing or unreadable: rebuilt
+        with open(ipath, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None  # missing: built
+    return ShardIndex.from_json(_indexes.parse_json(data))  # None when unreadable: rebuilt
+
+
+def _loaded_problem(path: str, index: ShardIndex) -> str | None:
+    """What makes the trusted ``index`` of the local shard ``path`` impossible, or None: its
+    offsets (:func:`tarcheck.index_problem`), then what lies at its end and in its gaps."""
+    problem = _tarcheck.index_problem(index)
+    if problem is not None:
+        return problem
+    with open(path, "rb") as f:
+        f.seek(index.end)
+        return _tarcheck.end_problem(f.read(_BLOCK), index) or _tarcheck.unlisted_member(f, index)
 
 
 def _write_index(ipath: str, index: ShardIndex, url: str, index_dir: str | None) -> None:
@@ -296,7 +309,7 @@ def load_or_build(
     ipath = index_path(path, index_dir)
     old = None if force else _read_index(ipath)
     if old is not None and (old.size, old.mtime_ns) == (st.st_size, st.st_mtime_ns):
-        problem = _tarcheck.index_problem(old) or _tarcheck.unlisted_member(path, old)
+        problem = _loaded_problem(path, old)
         if problem is None:
             return old
         if not rebuild:
@@ -343,18 +356,17 @@ def load_or_build_remote(
     index is refused at its first read, naming it. ``rebuild`` compares the stamp now (one HEAD)
     and builds the index again when the object changed."""
     from seekdata.sources import remote
-    from seekdata.sources.remote import indexes as _indexes
 
     kept = None if force else _indexes.load(stores, url, INDEX_SUFFIX, index_dir)
-    old = None
-    if kept is not None:
-        with contextlib.suppress(ValueError):
-            old = ShardIndex.from_json(json.loads(kept))
+    old = None if kept is None else ShardIndex.from_json(_indexes.parse_json(kept))
     if old is not None and old.etag is not None:
         problem = _tarcheck.index_problem(old)
         file = remote.RemoteFile(stores, url, size=old.size, etag=old.etag, cache=cache)
         if problem is None and not (rebuild and file.head() != (old.size, old.etag)):
-            problem = _tarcheck.unlisted_member(file.open(), old)
+            # one small request (512 bytes, If-Match: also a shard replaced since), never
+            # through the cache, whose block would be megabytes; then the gaps, if any
+            problem = _tarcheck.end_problem(file.get(old.end, old.end + _BLOCK), old)
+            problem = problem or _tarcheck.unlisted_member(file.open(), old)
             if problem is None:
                 return Shard(url, url, old, None, file)
             if not rebuild:
