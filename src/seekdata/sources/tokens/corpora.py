@@ -378,6 +378,8 @@ class PackedDocuments(_TokenCorpus):
             bounds = self._indexed_bounds(None if index_dir is None else os.fspath(index_dir),
                                           rebuild_index)  # fmt: skip
         self._bounds = bounds
+        # where a document's start needs eos_id before it: everywhere but at a file's start
+        self._file_starts = frozenset(self._reader.starts[:-1])
         self._packing = _packing.Packing(bounds, self.seq_len)
         self._stream_signature: str | None = None
 
@@ -494,8 +496,23 @@ class PackedDocuments(_TokenCorpus):
         out = []
         for s in self._packing.segments(index):
             whole = s.stop == self._bounds[s.document + 1]  # else a piece: one token more
-            out.append((s.start, s.stop if whole else s.stop + 1))
+            stop = s.stop if whole else s.stop + 1
+            first = self._checked_start(s.document)  # and the token before its document
+            if first is not None and first == s.start:
+                out.append((s.start - 1, stop))
+                continue
+            if first is not None:
+                out.append((first - 1, first))
+            out.append((s.start, stop))
         return out
+
+    def _checked_start(self, doc: int) -> int | None:
+        """Where document ``doc`` starts, when the token before it must be eos_id (not at a
+        file's start, and only with eos_id: given ``document_ends`` are the caller's)."""
+        first = int(self._bounds[doc])
+        if self.eos_id is None or first in self._file_starts:
+            return None
+        return first
 
     def __getitem__(self, index: SupportsIndex) -> _Sample:
         length = self.seq_len
@@ -507,10 +524,22 @@ class PackedDocuments(_TokenCorpus):
         for doc, start, stop in segments:
             n = stop - start
             whole = stop == self._bounds[doc + 1]  # else a piece: its last label comes next
-            tokens = self._read(start, stop if whole else stop + 1)
+            end = stop if whole else stop + 1
+            # the token before the document is eos_id: else the index starts it inside another
+            # (an added boundary), and every sequence of it would hold the wrong tokens
+            first = self._checked_start(doc)
+            if first is not None and first == start:  # its first segment: one token more
+                tokens = self._read(start - 1, end)
+                before, tokens = tokens[0], tokens[1:]
+            elif first is not None:  # a later piece: that one token on its own
+                before, tokens = self._read(first - 1, first)[0], self._read(start, end)
+            else:
+                before, tokens = self.eos_id, self._read(start, end)
+            if first is not None and before != self.eos_id:
+                self._not_indexed(doc, first, "start")
             if whole and self.eos_id is not None and doc not in self._tails:
                 if tokens[-1] != self.eos_id:
-                    self._not_indexed(doc, stop - 1, inside=False)
+                    self._not_indexed(doc, stop - 1, "end")
                 ends += 1
             ids[at : at + n] = tokens[:n]
             labels[at : at + n - 1] = tokens[1:n]
@@ -534,26 +563,29 @@ class PackedDocuments(_TokenCorpus):
             last = stop - 1 if stop == self._bounds[doc + 1] else stop  # a piece: all inside
             inner = np.flatnonzero(self._reader.read(start, last) == self.eos_id)
             if len(inner):
-                self._not_indexed(doc, start + int(inner[0]), inside=True)
+                self._not_indexed(doc, start + int(inner[0]), "inside")
 
-    def _not_indexed(self, doc: int, at: int, inside: bool) -> None:
+    def _not_indexed(self, doc: int, at: int, what: str) -> None:
         """Raise: the token at position ``at`` of document ``doc`` is eos_id before its last
-        token (``inside``), or its last token is not eos_id."""
+        token (``what="inside"``), its last token is not eos_id (``"end"``), or the token
+        before its first one, at ``at``, is not eos_id (``"start"``)."""
         k = self._reader.file_at(at)
         f = self._reader.files[k]
         offset = at - self._reader.starts[k]
         assert self.eos_id is not None  # only called with one
-        problem = (
-            f"token {offset} of the file, inside document {doc}, is eos_id {self.eos_id}, but "
-            f"its document index ends that document later"
-            if inside
-            else f"its document index ends document {doc} at token {offset + 1}, but the token "
-            f"before it is not eos_id {self.eos_id}"
-        )
+        problem = {
+            "inside": f"token {offset} of the file, inside document {doc}, is eos_id "
+            f"{self.eos_id}, but its document index ends that document later",
+            "end": f"its document index ends document {doc} at token {offset + 1}, but the "
+            f"token before it is not eos_id {self.eos_id}",
+            "start": f"its document index starts document {doc} at token {offset}, but the "
+            f"token before it is not eos_id {self.eos_id}",
+        }[what]
         raise ValueError(
             f"token file {f.name}: {problem}; the index does not describe this file (edited, or "
-            f"the file rewritten with its old size and mtime), so labels would cross documents. "
-            + _tokenindex.rebuild_hint(f.name, self.eos_id, self.dtype)
+            f"the file rewritten with its old size and mtime), so labels would cross documents "
+            f"and sequences hold the wrong tokens. "
+            + _tokenindex.rescan_hint(f.name, self.eos_id, self.dtype)
         )
 
     def __repr__(self) -> str:

@@ -11,7 +11,9 @@ built. Same stamp: used without reading the token file. Same size, new mtime: re
 if no boundary moved. Otherwise the file changed: a ``ValueError`` naming it, unless
 ``rebuild``. An index whose offsets do not match its own header (edited, truncated) is
 refused too; and :class:`seekdata.tokens.PackedDocuments` checks, as it reads each document,
-that its last token is the end-of-document token.
+that its last token is the end-of-document token and so is the token before its first (unless
+it starts a file): an edited index with its digest recomputed is caught before its documents
+are served.
 """
 
 from __future__ import annotations
@@ -89,6 +91,16 @@ def rebuild_hint(name: str, eos_id: int, dtype: np.dtype[Any]) -> str:
     return (
         f"rebuild its index with `seekdata index --eos-id {eos_id}{flag} {name!r} --force` or "
         "PackedDocuments(..., rebuild_index=True)"
+    )
+
+
+def rescan_hint(name: str, eos_id: int, dtype: np.dtype[Any]) -> str:
+    """How to rebuild the index of ``name`` when its stamp still matches (found wrong by a
+    read): ``rebuild_index=True`` keeps such an index, ``--force`` scans the file again."""
+    flag = "" if dtype == np.uint16 else f" --dtype {dtype.name}"
+    return (
+        f"rebuild its index with `seekdata index --eos-id {eos_id}{flag} {name!r} --force` "
+        "(rebuild_index=True rebuilds only the index of a file whose size or mtime changed)"
     )
 
 
