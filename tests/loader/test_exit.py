@@ -22,6 +22,8 @@ BOUND = 60.0  # seconds: a script that ends takes ~2; one that hangs never ends
 
 # HOW -> the status Python (and torch's DataLoader) gives it
 STATUS = {"end": 0, "live": 0, "break": 0, "raise": 1, "exit": 3, "sigint": -signal.SIGINT}
+# worker_method="thread" (map-style datasets only): the same statuses, and a SIGTERM
+THREAD_STATUS = {**STATUS, "sigterm": -signal.SIGTERM}
 
 CONFIGS = [(0, False), (2, False), (2, True), (4, True)]  # (num_workers, persistent_workers)
 
@@ -55,7 +57,9 @@ def run_script(*args: str, interrupt: str | None = None) -> tuple[int, str, set[
                 lines.append(line)
                 if line.startswith("iterating"):
                     break
-            if interrupt == "group":  # Ctrl-C in a terminal: the whole foreground group
+            if interrupt == "term":  # a preemption notice (SLURM's SIGTERM)
+                os.kill(proc.pid, signal.SIGTERM)
+            elif interrupt == "group":  # Ctrl-C in a terminal: the whole foreground group
                 os.killpg(proc.pid, signal.SIGINT)
             else:  # kill -INT of the main process alone
                 os.kill(proc.pid, signal.SIGINT)
@@ -79,7 +83,9 @@ def run_script(*args: str, interrupt: str | None = None) -> tuple[int, str, set[
 
 def _check_ended(args: tuple[str, ...], status: int, text: str, workers: set[int]) -> None:
     how = args[4]
-    assert status == STATUS[how], f"{args}: status {status}, expected {STATUS[how]}\n{text}"
+    assert status == THREAD_STATUS[how], (
+        f"{args}: status {status}, expected {THREAD_STATUS[how]}\n{text}"
+    )
     if how in ("end", "live", "break"):
         assert text.rstrip().endswith("end"), text
     assert "killed by signal" not in text and "Exception ignored" not in text, text
@@ -212,3 +218,53 @@ def test_the_hf_trainer_with_workers_ends_after_a_resumed_training(tmp_path: Pat
         except subprocess.TimeoutExpired as e:
             raise AssertionError(f"the Trainer's process did not end: {e.stdout}{e.stderr}") from e
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+# --- thread workers (worker_method="thread"): the same exits, in one process -------------------
+
+THREAD_CASES = [
+    (persistent, how)
+    for persistent in (False, True)
+    for how in THREAD_STATUS
+    if how not in ("sigint", "sigterm")
+]
+
+
+def _check_threads(args: tuple[str, ...], status: int, text: str, pids: set[int]) -> None:
+    assert not pids, f"{args}: thread workers load in this process only\n{text}"
+    assert "threads 2" in text, text  # two worker threads were alive while it iterated
+    _check_ended(args, status, text, pids)
+
+
+@pytest.mark.parametrize(("persistent", "how"), THREAD_CASES)
+def test_a_script_with_live_thread_workers_ends(persistent: bool, how: str) -> None:
+    args = ("seekdata", "map", "2", str(int(persistent)), how)
+    status, text, pids = run_script(*args, "thread")
+    _check_threads(args, status, text, pids)
+
+
+@pytest.mark.parametrize("interrupt", ["main", "group", "term"])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_signal_ends_a_script_while_thread_workers_load(persistent: bool, interrupt: str) -> None:
+    """Ctrl-C (to the process, or to its group as a terminal sends it) and SIGTERM: the worker
+    threads block them, so the main thread gets them at once, even while it waits for a batch."""
+    how = "sigterm" if interrupt == "term" else "sigint"
+    args = ("seekdata", "map", "2", str(int(persistent)), how)
+    status, text, pids = run_script(*args, "thread", interrupt=interrupt)
+    if how == "sigint":
+        assert "KeyboardInterrupt" in text, text
+    _check_threads(args, status, text, pids)
+
+
+@pytest.mark.parametrize("how", ["end", "raise", "exit", "sigterm"])
+def test_a_script_with_a_preemption_handler_and_thread_workers_ends(how: str) -> None:
+    """A PreemptionHandler installed first: SIGTERM is a notice the loop reads, then it ends."""
+    args = ("seekdata", "map", "2", "1", how)
+    status, text, pids = run_script(
+        *args, "handler", "thread", interrupt="term" if how == "sigterm" else None
+    )
+    if how == "sigterm":
+        assert status == 0 and "stopping" in text and text.rstrip().endswith("end"), text
+        assert "threads 2" in text, text
+        return
+    _check_threads(args, status, text, pids)

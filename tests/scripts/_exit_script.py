@@ -5,7 +5,10 @@ tests/loader/test_exit.py.
 every process that loaded a sample (``pids ...``) and ``iterating`` once a batch arrived, then
 ends the way HOW says. LOADER is ``seekdata`` or ``torch`` (the reference statuses);
 ``handler`` installs a :class:`seekdata.PreemptionHandler` first, as a SLURM job does;
-``lookahead`` passes ``device="cpu", device_prefetch=2`` (batches pulled ahead of the step).
+``lookahead`` passes ``device="cpu", device_prefetch=2`` (batches pulled ahead of the step);
+``thread`` passes ``worker_method="thread"`` (the workers are threads of this process; the
+script prints ``threads N``, the thread workers alive once a batch arrived). HOW ``sigterm``
+iterates until a SIGTERM: with ``handler`` it stops at the handler's ``should_stop()``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -43,12 +47,15 @@ class IterablePids(torch.utils.data.IterableDataset):
 
 def main() -> None:
     loader_kind, dataset_kind, workers, persistent, how = sys.argv[1:6]
-    if "handler" in sys.argv[6:]:
-        handler = seekdata.PreemptionHandler()  # noqa: F841  # installed for the whole script
-    n = 64 if how != "sigint" else 10**9  # Ctrl-C: one long epoch, no new workers meanwhile
+    handler = seekdata.PreemptionHandler() if "handler" in sys.argv[6:] else None
+    n = 64 if how not in ("sigint", "sigterm") else 10**9  # a signal: one long epoch
     dataset = Pids(n) if dataset_kind == "map" else IterablePids(n)
     cls = seekdata.StatefulDataLoader if loader_kind == "seekdata" else torch.utils.data.DataLoader
-    ahead = {"device": "cpu", "device_prefetch": 2} if "lookahead" in sys.argv[6:] else {}
+    ahead: dict[str, object] = {}
+    if "lookahead" in sys.argv[6:]:
+        ahead.update(device="cpu", device_prefetch=2)
+    if "thread" in sys.argv[6:]:
+        ahead.update(worker_method="thread")
     loader = cls(
         dataset,
         batch_size=4,
@@ -63,6 +70,9 @@ def main() -> None:
         if new:
             pids.update(new)
             print("pids", *sorted(new), flush=True)
+            if "thread" in sys.argv[6:]:
+                live = [t for t in threading.enumerate() if t.name.startswith("seekdata-worker")]
+                print("threads", len(live), flush=True)
 
     if how == "end":  # the loop runs to its end; the loader (persistent workers) stays alive
         for batch in loader:
@@ -119,6 +129,16 @@ def main() -> None:
         while True:  # each iter() supersedes the live iterator: its workers are stopped
             for batch in loader:
                 seen(batch)
+    elif how == "sigterm":  # iterate until the test's SIGTERM: a handler stops the loop
+        it = iter(loader)
+        seen(next(it))
+        print("iterating", flush=True)
+        for batch in it:
+            seen(batch)
+            if handler is not None and handler.should_stop():
+                print("stopping", flush=True)
+                break
+            time.sleep(0.001)
     elif how == "sigint":  # iterate until the test's Ctrl-C arrives
         it = iter(loader)
         seen(next(it))

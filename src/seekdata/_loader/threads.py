@@ -25,11 +25,12 @@ ones: when their loader is), and never keep the interpreter from exiting.
 
 from __future__ import annotations
 
+import atexit
 import collections
-import contextlib
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -181,6 +182,22 @@ class _Shared:
         self.results.clear()
 
 
+_live: weakref.WeakSet[Pool] = weakref.WeakSet()  # pools whose threads may run
+_JOIN_AT_EXIT = 5.0  # seconds a thread may take to finish its batch when the process exits
+
+
+def _close_all() -> None:
+    """At exit (``atexit``, before the interpreter finalizes): stop every pool's threads, so
+    none is alive while torch's and Python's globals are torn down (a daemon thread then can
+    abort the process: "terminate called without an active exception"). A thread stuck in
+    its batch is waited for a few seconds, then left (it is a daemon)."""
+    for pool in list(_live):
+        pool.close(_JOIN_AT_EXIT)
+
+
+atexit.register(_close_all)
+
+
 class Pool:
     """``num_workers`` daemon threads that run the batches of one iterator at a time (a *run*);
     persistent workers run many."""
@@ -223,13 +240,16 @@ class Pool:
         finally:
             if previous is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _live.add(self)
 
     @property
     def alive(self) -> bool:
         return not self.shared.closed
 
-    def close(self) -> None:
-        """Stop the threads and wait for them (each ends after the batch it is on)."""
+    def close(self, wait: float | None = None) -> None:
+        """Stop the threads and wait for them (each ends after the batch it is on; ``wait``:
+        at most so many seconds each)."""
+        _live.discard(self)
         shared = self.shared
         with shared.cond:
             if shared.closed:
@@ -240,11 +260,14 @@ class Pool:
         me = threading.current_thread()
         for thread in self.threads:
             if thread is not me:
-                thread.join()
+                thread.join(wait)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter exit
+        # not contextlib.suppress: modules may be torn down already at interpreter exit
+        try:  # noqa: SIM105
             self.close()
+        except Exception:  # nothing to report to at interpreter exit
+            pass
 
     def batches(
         self,
@@ -428,5 +451,8 @@ class _Run:
             self.pool.close()
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter exit
+        # not contextlib.suppress: modules may be torn down already at interpreter exit
+        try:  # noqa: SIM105
             self.close()
+        except Exception:  # nothing to report to at interpreter exit
+            pass
