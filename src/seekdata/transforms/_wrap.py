@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from seekdata._core import sample as _sample
 from seekdata._core import source as _source
+from seekdata._core.checks import check_bool
 from seekdata._core.globalrng import capture as capture_globals
+from seekdata._core.globalrng import reseed_set, seed_globals
 from seekdata._core.globalrng import restore as restore_globals
-from seekdata._core.globalrng import seed_globals
+from seekdata._core.rngkeys import seed_columns
 from seekdata._core.sample import sample_rng
 from seekdata._core.streams import sample_scope
 from seekdata.transforms._arrays import check_callable, check_generator
@@ -32,10 +36,25 @@ class TransformedDataset(_source.WrapsSource, Dataset):
     its ``stream_signature``, shards, growth and the rest are the wrapped dataset's, so a
     checkpoint over other data is refused through the wrapper as without it. The signature
     does not cover the transform: changing an augmentation between runs is yours to decide.
+
+    ``batched_read=True`` keeps the batched read of a source that has one (``__getitems__``: a
+    remote ``TarShards``, the token corpora): the loader reads a batch of the source in one
+    call, and each sample's transform still runs under its own key, ``sample_rng()`` at
+    (seed, epoch, index) and global RNG reseeded from the same key (the generators
+    ``reseed_global_rng`` names: pass the loader's value if you changed it). The samples are
+    then the per-sample path's, bit for bit, for a source whose read draws no randomness
+    (seekdata's sources draw none). Off by default: a source of yours whose read draws from
+    ``sample_rng()`` or global RNG would draw the batch's numbers instead (docs/augmentations.md).
     """
 
     def __init__(
-        self, dataset: Any, transform: Transform, *, field: int | str | None = None
+        self,
+        dataset: Any,
+        transform: Transform,
+        *,
+        field: int | str | None = None,
+        batched_read: bool = False,
+        reseed_global_rng: Any = True,
     ) -> None:
         where = "TransformedDataset"
         if not hasattr(dataset, "__getitem__"):
@@ -52,6 +71,9 @@ class TransformedDataset(_source.WrapsSource, Dataset):
         self.dataset = dataset
         self.transform = transform
         self.field = field
+        self.batched_read = check_bool(batched_read, "batched_read", where)
+        self.reseed_global_rng = reseed_global_rng
+        self._reseed = reseed_set(reseed_global_rng, where)
 
     @property
     def reseeds_global_rng_itself(self) -> Any:
@@ -66,6 +88,54 @@ class TransformedDataset(_source.WrapsSource, Dataset):
                 f"or it overrides __getitem__)"
             )
         return value
+
+    @property
+    def __getitems__(self) -> Any:
+        """With ``batched_read=True`` over a source that reads a batch at once: the loader's
+        batched read (:meth:`_read_batch`); otherwise absent, and the loader fetches each
+        sample with ``__getitem__`` under its key."""
+        if not (self.batched_read and _reads_in_batches(self.dataset)):
+            raise AttributeError(
+                f"{type(self).__name__}: no __getitems__ (batched_read=False, or its dataset "
+                f"{type(self.dataset).__name__} reads one sample at a time)"
+            )
+        return self._read_batch
+
+    def _read_batch(self, indices: Sequence[int]) -> list[Any]:
+        """One ``dataset.__getitems__(indices)`` call, then each sample's transform under its
+        own key, as :meth:`__getitem__` would run it: ``sample_rng()`` at (seed, epoch, index),
+        global RNG reseeded from the same key (:func:`seekdata._core.rngkeys.seed_columns`,
+        the loader's per-sample derivation)."""
+        fetch = _sample.current
+        if fetch.now[_sample.INDEX] != _sample.IN_READ:
+            raise RuntimeError(
+                f"TransformedDataset.__getitems__({list(indices)[:8]}) must run inside a "
+                "seekdata loader's batched read, which supplies the batch's (seed, epoch); it "
+                "was called outside one. Iterate it with seekdata.StatefulDataLoader, or call "
+                "ds.get(index, seed=..., epoch=...) per sample"
+            )
+        seed, epoch = fetch.seed, fetch.epoch
+        samples = self.dataset.__getitems__(indices)
+        if isinstance(samples, Mapping) or len(samples) != len(indices):
+            got = "a mapping" if isinstance(samples, Mapping) else f"{len(samples)} samples"
+            raise ValueError(
+                f"TransformedDataset(batched_read=True): {type(self.dataset).__name__}."
+                f"__getitems__ must return one sample per index ({len(indices)}) to transform "
+                f"each; it returned {got}; pass batched_read=False"
+            )
+        reseed = self._reseed
+        columns = seed_columns(seed, epoch, indices) if reseed else None
+        out = []
+        outer = _sample.nest()
+        try:
+            for at, (index, sample) in enumerate(zip(indices, samples, strict=True)):
+                _sample.enter_sample(seed, epoch, int(index), None)
+                if columns is not None:
+                    seed_globals((columns[0][at], columns[1][at], columns[2][at]), reseed)
+                out.append(self._apply(sample, sample_rng()))
+        finally:
+            _sample.unnest(outer)
+        return out
 
     def _apply(self, sample: Any, rng: np.random.Generator) -> Any:
         field = self.field
@@ -110,7 +180,16 @@ class TransformedDataset(_source.WrapsSource, Dataset):
             return self._apply(self.dataset[index], rng)
 
     def __repr__(self) -> str:
-        return f"TransformedDataset({self.dataset!r}, {self.transform!r})"
+        more = ", batched_read=True" if self.batched_read else ""
+        return f"TransformedDataset({self.dataset!r}, {self.transform!r}{more})"
+
+
+def _reads_in_batches(dataset: Any) -> bool:
+    """Whether the loader would read ``dataset`` a batch at a time: its own rule, which sees
+    through torch's wrappers (imported here: the loader's module imports the transforms')."""
+    from seekdata._loader.fetch import batched_read
+
+    return batched_read(dataset)
 
 
 _M64 = (1 << 64) - 1
