@@ -280,8 +280,9 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
                 state, self.growths, self.n, where, self.dataset
             )
         expected = {S.K_KIND: "sampler", **self.stream_fields(), **self.fields_then(n_then)}
-        self.check_state(state, expected, where, strict)
-        _statecheck.check_stream(state, self.dataset, n_then, where, strict)
+        # what identifies the data first (its length, its own stream), then drop_last
+        rest = _statecheck.check_data(state, expected, self.dataset, n_then, where, strict)
+        self.check_state(state, rest, where, strict)
         if growths != self.growths:
             self.grow(growths)
         self.restore(state)

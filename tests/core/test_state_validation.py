@@ -556,3 +556,70 @@ def test_a_changed_mixture_records_its_prefix_in_a_sampler_state_too() -> None:
     other = seekdata.DistributedSampler(mix.changed(3, [1, 2]), 1, 0, shuffle=False)
     with pytest.raises(seekdata.StateMismatchError, match="the checkpoint changed at P=3"):
         other.load_state_dict(later)  # another change there: refused, naming it
+
+
+# --- issue 35.4: what identifies the data is checked before what shapes the batches -----------
+
+
+def _saved_loader(dataset: Any, **kwargs: Any) -> dict:
+    loader = seekdata.StatefulDataLoader(dataset, **kwargs)
+    next(iter(loader))
+    return json.loads(json.dumps(loader.state_dict()))
+
+
+def _refused_first(target: Any, state: dict, match: str, strict: bool = True) -> None:
+    """``target.load_state_dict(state)`` is refused with ``match`` and changes nothing."""
+    before = target.state_dict()
+    with pytest.raises(seekdata.StateMismatchError, match=match):
+        target.load_state_dict(state, strict)
+    assert target.state_dict() == before
+
+
+def test_another_datasets_checkpoint_with_another_batch_size_names_the_dataset_first() -> None:
+    """A checkpoint of a 10000-item dataset, batch 32, loaded over 2000 items, batch 16: the
+    first error is the dataset's length (its fix is the right one); following a batch-size
+    fix first would only lead to the next refusal."""
+    state = _saved_loader(range(10000), batch_size=32, shuffle=True, seed=0)
+    here = seekdata.StatefulDataLoader(range(2000), batch_size=16, shuffle=True, seed=0)
+    first = r"^StatefulDataLoader\.load_state_dict: n is 10000 in the checkpoint but 2000 here"
+    _refused_first(here, state, first + "; pass the same dataset")
+    # on another world size too (the global-batch rule is a batch rule: it comes after)
+    sampler = seekdata.DistributedSampler(range(2000), 2, 0, shuffle=True, seed=0)
+    ranked = seekdata.StatefulDataLoader(range(2000), batch_size=8, sampler=sampler, seed=0)
+    _refused_first(ranked, state, r": n is 10000 in the checkpoint but 2000 here")
+
+
+def test_another_stream_of_the_same_length_is_named_before_seed_and_batch_size() -> None:
+    """Datasets of the same length with their own stream (a reweighted Mixture): the
+    signature is refused before the seed, the batch size or drop_last that also differ, for
+    the loader and for the sampler, and with a sampler's state in a loader."""
+    old, new = _mixture(), _mixture(a=3)
+    match = r": dataset is 'Mixture\(.* in the checkpoint but 'Mixture\(.* here"
+    state = _saved_loader(old, batch_size=2, seed=1)
+    _refused_first(seekdata.StatefulDataLoader(new, batch_size=3, seed=4), state, match)
+    _refused_first(
+        seekdata.StatefulDataLoader(new, batch_size=3, seed=4, drop_last=True), state, match
+    )
+    sampler_state = _sampler_state(old)
+    other = seekdata.DistributedSampler(new, 1, 0, shuffle=False, seed=7, drop_last=True)
+    _refused_first(other, sampler_state, match)
+    _refused_first(seekdata.StatefulDataLoader(new, batch_size=3, seed=4), sampler_state, match)
+
+
+def test_the_order_is_named_before_the_batches() -> None:
+    """The same data under another seed and another batch size: the seed first (the order
+    over the data), then the batch size once the seed is the checkpoint's."""
+    state = _saved_loader(range(100), batch_size=4, shuffle=True, seed=1)
+    wrong = seekdata.StatefulDataLoader(range(100), batch_size=5, shuffle=True, seed=2)
+    _refused_first(wrong, state, r": seed is 1 in the checkpoint but 2 here")
+    seeded = seekdata.StatefulDataLoader(range(100), batch_size=5, shuffle=True, seed=1)
+    _refused_first(seeded, state, r"batch_size is 4 on 1 ranks in the checkpoint")
+
+
+def test_with_strict_false_the_warnings_come_in_the_same_order() -> None:
+    state = _saved_loader(range(100), batch_size=4, shuffle=True, seed=1)
+    here = seekdata.StatefulDataLoader(range(90), batch_size=5, shuffle=True, seed=2)
+    with pytest.warns(UserWarning) as caught:
+        here.load_state_dict(state, strict=False)
+    fields = [str(w.message).split(": ")[1].split(" is ")[0] for w in caught]
+    assert fields == ["n", "seed", "sample_seed", "batch_size"]

@@ -7,7 +7,10 @@ size or batch geometry (the global batch must stay, and epochs must be cut alike
 size (:func:`check_replay_world`), an iterable dataset's per-rank stream
 (:func:`check_iterable`), a dataset that grew (:func:`check_grown`, :func:`growth_at`) and a
 mixture that changed (:func:`check_mixture`, :func:`describe_change`). The engines supply
-the values; these decide and word the errors (:class:`~seekdata.StateMismatchError`)."""
+the values; these decide and word the errors (:class:`~seekdata.StateMismatchError`).
+
+What identifies the data is checked before what shapes the batches (:func:`check_data`, then
+the batch fields and these rules): a checkpoint of another dataset is refused as such."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from seekdata._core import source as _source
 from seekdata._core.checks import is_state_int
 from seekdata._core.growth import Growth, check_growths, refuse_unstable, signature_then
 from seekdata._core.state import (
+    BATCH_FIELDS,
+    DATA_FIELDS,
     K_BATCH_SIZE,
     K_DATASET,
     K_ENGINE,
@@ -35,10 +40,13 @@ from seekdata._core.state import (
     K_WORLD_SIZE,
     StateMismatchError,
     check_dataset,
+    check_fields,
+    check_form,
     warn_caller,
 )
 
 __all__ = [
+    "check_data",
     "check_geometry",
     "check_grown",
     "check_iterable",
@@ -50,6 +58,31 @@ __all__ = [
     "growth_at",
     "stream_records",
 ]
+
+
+def check_data(
+    state: Any,
+    expected: Mapping[str, Any],
+    dataset: Any,
+    n_then: int | None,
+    where: str,
+    strict: bool,
+) -> dict[str, Any]:
+    """The first checks of a resume: ``state`` is well formed (every key of ``expected``
+    included), then what identifies the data, first to last: the kind of state and the
+    dataset's length, the dataset's own stream (:func:`check_stream`: its signature, a
+    mixture's sources and changes), then the order and randomness over it (seed, order,
+    shuffle, sample seed). Returns the fields of ``expected`` still to compare, those that say
+    how the data is cut into batches (:data:`seekdata._core.state.BATCH_FIELDS`): the caller
+    compares them after its own rules of another shape (:func:`global_batch`). ``n_then``: as
+    for :func:`check_stream`."""
+    check_form(state, expected, where=where)
+    data = {k: v for k, v in expected.items() if k in DATA_FIELDS}
+    check_fields(state, data, where=where, strict=strict)
+    check_stream(state, dataset, n_then, where, strict)
+    order = {k: v for k, v in expected.items() if k not in DATA_FIELDS and k not in BATCH_FIELDS}
+    check_fields(state, order, where=where, strict=strict)
+    return {k: v for k, v in expected.items() if k in BATCH_FIELDS}
 
 
 def global_batch(

@@ -15,10 +15,15 @@ from seekdata._core import source as _source
 from seekdata._core.checks import is_state_int
 
 __all__ = [
+    "BATCH_FIELDS",
+    "CHECK_ORDER",
+    "DATA_FIELDS",
     "KINDS",
     "VERSION",
     "StateMismatchError",
     "check_dataset",
+    "check_fields",
+    "check_form",
     "check_in_order",
     "check_one_seed",
     "check_resize",
@@ -178,6 +183,32 @@ _LOWEST = {
 }  # fmt: skip
 
 
+#: The order in which a state's fields are compared with the object loading it, after the state
+#: is found well formed (:func:`check_form`): what the data is (the kind of state, the dataset's
+#: length; then, in :func:`seekdata._core.reshape.check_data`, the dataset's own stream), the
+#: order and randomness over it, and last how that order is cut into batches. A checkpoint of
+#: another dataset is refused as another dataset, not with a batch size whose fix leads to the
+#: next refusal. Fields not listed are compared after these, in the order given.
+CHECK_ORDER = (
+    K_KIND,
+    K_N,
+    K_SEED,
+    K_ORDER,
+    K_SHUFFLE,
+    K_SAMPLE_SEED,
+    K_DROP_LAST,
+    K_BATCH_SIZE,
+    K_BATCH_DROP_LAST,
+)
+#: The fields of :data:`CHECK_ORDER` that say what the data is: compared before the dataset's
+#: own stream; the rest after it.
+DATA_FIELDS = (K_KIND, K_N)
+#: The fields of :data:`CHECK_ORDER` that say how the data is cut into batches: compared last.
+#: (A world size that cannot be resumed on is refused after all of them:
+#: :mod:`seekdata._core.reshape`.)
+BATCH_FIELDS = (K_DROP_LAST, K_BATCH_SIZE, K_BATCH_DROP_LAST)
+
+
 def check_state(
     state: Any, expected: Mapping[str, Any], *, where: str, strict: bool = True
 ) -> None:
@@ -185,10 +216,18 @@ def check_state(
 
     Raises :class:`StateMismatchError` (or ``TypeError`` for a non-dict) naming the field,
     both values and the fix. Every key its kind requires must be present and every value
-    valid before any is compared, so a fix never suggests an invalid value. With
+    valid before any is compared (:func:`check_form`), so a fix never suggests an invalid
+    value; then the fields are compared in :data:`CHECK_ORDER` (:func:`check_fields`). With
     ``strict=False`` a mismatching stream field is a warning at the caller's line saying what
     continuing means; structure, types, kinds and versions are always checked.
     """
+    check_form(state, expected, where=where)
+    check_fields(state, expected, where=where, strict=strict)
+
+
+def check_form(state: Any, expected: Mapping[str, Any], *, where: str) -> None:
+    """``state`` is a well-formed seekdata state holding the keys its kind requires and those
+    of ``expected``, each of its type and in range; compares nothing with this object."""
     if not isinstance(state, Mapping):
         raise TypeError(
             f"{where}: state must be a dict from state_dict(); got {type(state).__name__}; "
@@ -254,8 +293,17 @@ def check_state(
         )
     if K_SKIPS in state:
         _check_skips(state[K_SKIPS], where)
-    for key, here in expected.items():
-        old = state[key]
+
+
+def check_fields(
+    state: Mapping[str, Any], expected: Mapping[str, Any], *, where: str, strict: bool = True
+) -> None:
+    """Compare the fields ``expected`` (name -> value here) of a state :func:`check_form`
+    accepted, in :data:`CHECK_ORDER`: the first that differs is refused with both values and
+    the fix (with ``strict=False``, a warning for each that differs; ``kind`` always refuses)."""
+    rank = {key: i for i, key in enumerate(CHECK_ORDER)}
+    for key in sorted(expected, key=lambda k: rank.get(k, len(rank))):
+        here, old = expected[key], state[key]
         if old == here and type(old) is type(here):
             continue
         if strict or key == K_KIND:

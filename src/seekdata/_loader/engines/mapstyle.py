@@ -300,15 +300,17 @@ class MapEngine:
         )
         then, growths = self.growths_for(state, grow, where)  # a dataset that grew: as it was
         expected = {S.K_KIND: "loader", **self.fields(seed), **then}
-        expected[S.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
         if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
             stream = {**self.fields(seed), **then}
             expected = {S.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}
         if config.owns_sampler and not config.seed_explicit:  # the seed to adopt: one seed
             S.check_one_seed(state, where)
-        self.check(state, expected, where, strict)
-        # the dataset's own stream (a Mixture's, a token corpus's): the same, as it was then?
-        C.check_stream(state, self.keyed.dataset, then.get(S.K_N), where, strict)
+        # what identifies the data first (its length, its own stream: a Mixture's, a token
+        # corpus's, as it was then; the order over it), then how it is cut into batches
+        rest = C.check_data(state, expected, self.keyed.dataset, then.get(S.K_N), where, strict)
+        if S.K_BATCH_SIZE in rest:
+            rest[S.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
+        self.check(state, rest, where, strict)
         batch = S.check_step(state, self.max_step(state), where)
         # everything is valid: only now change the engine
         self.detach_live()
