@@ -9,6 +9,8 @@
   signatures (the credentials of :data:`S3_KEY`) and answers ``If-Match`` with 412;
 - :func:`http_server`: uvicorn serving a folder with starlette's ``StaticFiles``, which honours
   ``Range`` (``tests/scripts/_static_server.py``).
+- :func:`lying_server`: ``tests/scripts/_lying_server.py``, a server of the suite's own that
+  answers another range, an HTML page, no ``ETag``, ignores ``Range`` or sends slowly, as asked;
 - :func:`fault_proxy`: ``tests/scripts/_fault_proxy.py`` in front of either: it counts the
   requests and body bytes it forwards and, on request, injects faults decided by the
   request's number.
@@ -243,6 +245,32 @@ def http_server(directory: str | os.PathLike[str]) -> Iterator[Server]:
     args = [sys.executable, str(SCRIPTS / "_static_server.py"), os.fspath(directory)]
     with _spawn(args, _ready_line) as (url, proc):
         yield Server(url, proc)
+
+
+class LyingServer(Server):
+    """``tests/scripts/_lying_server.py``: serves a folder under ``/<mode>/``, each mode a way
+    to misbehave (a wrong range, an HTML page, no ``ETag``, ``Range`` ignored, a slow body)."""
+
+    def mode(self, mode: str) -> str:
+        """The URL prefix of ``mode`` (its files under it as in the folder)."""
+        return f"{self.url}/{mode}"
+
+    def counts(self) -> dict[str, int]:
+        """Requests answered so far, by mode."""
+        with urllib.request.urlopen(self.url + "/__count__", timeout=10) as reply:
+            return dict(json.load(reply))
+
+    def reset(self) -> None:
+        request = urllib.request.Request(self.url + "/__reset__", method="POST")
+        urllib.request.urlopen(request, timeout=10).close()
+
+
+@contextlib.contextmanager
+def lying_server(directory: str | os.PathLike[str]) -> Iterator[LyingServer]:
+    """The misbehaving HTTP server over ``directory`` (the standard library's http.server)."""
+    args = [sys.executable, str(SCRIPTS / "_lying_server.py"), os.fspath(directory)]
+    with _spawn(args, _ready_line) as (url, proc):
+        yield LyingServer(url, proc)
 
 
 class Proxy(Server):

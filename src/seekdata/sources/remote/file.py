@@ -1,8 +1,11 @@
 """One remote object, read by byte range: verified, coalesced, read ahead, kept a while.
 
-- Every GET carries ``If-Match`` with the ``ETag`` the index recorded, and its answer is
-  checked (the object's size and ``ETag``, the number of bytes): an object that changed
-  under its index is an error, never other bytes (:mod:`seekdata.sources.remote.faults`).
+- Every GET carries the version the index recorded (``If-Match`` with its ``ETag``, or
+  ``If-Unmodified-Since`` with its ``Last-Modified`` date), and its answer is checked (the
+  range it holds, the object's size and version, the number of bytes): an object that changed
+  under its index, or a server that answers another range, is an error, never other bytes
+  (:mod:`seekdata.sources.remote.faults`). An object whose server gives no version at all is
+  warned about when a dataset is built (:func:`unversioned`).
 - :func:`prefetch` reads the ranges of one batch: those closer than :data:`GAP` are read as
   one request, and separate requests run concurrently. When an object is being streamed — the
   batch has :data:`STREAM_MIN` or more ranges in it and this process's previous batch read it
@@ -206,6 +209,8 @@ class RemoteFile:
         self.cache = cache
         if size is None:
             size, etag = self.head()
+            if etag is None:
+                unversioned(url)
         self.size = size
         self.etag = etag
         self._version = f"{url}\0{etag}\0{size}"
@@ -223,6 +228,8 @@ class RemoteFile:
         size, etag, tail = _faults.retrying(
             url, f"read its last {nbytes} bytes", lambda: backend.tail(loc.key, nbytes)
         )
+        if etag is None:
+            unversioned(url)
         return cls(stores, url, size=size, etag=etag, **kwargs), tail
 
     def head(self) -> tuple[int, str | None]:
@@ -297,6 +304,21 @@ class RemoteFile:
 
     def __repr__(self) -> str:
         return f"RemoteFile({self.url!r}, size={self.size})"
+
+
+def unversioned(url: str) -> None:
+    """Warn that the store gives nothing that tells one version of ``url`` from another."""
+    import warnings
+
+    warnings.warn(
+        f"{url}: the server sends neither an ETag nor a Last-Modified date for it, so nothing "
+        "tells one version of it from another: if it is replaced by a file of the same size, "
+        "the new bytes are read where the dataset's index places the old ones, without an "
+        "error. Serve it from a server that sends ETag or Last-Modified (most static file "
+        "servers and every object store do); docs/remote.md: versions",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def fetch_all(jobs: Sequence[tuple[RemoteFile, int, int]]) -> list[Any]:

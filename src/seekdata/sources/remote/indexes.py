@@ -43,7 +43,7 @@ def load(stores: Stores, url: str, suffix: str, index_dir: str | None) -> bytes 
                 return f.read()
         except OSError:
             return None
-    loc = locate(url + suffix, stores.options)
+    loc = locate(url, stores.options).sibling(suffix)  # the object's URL checked, then its index's
     backend = stores.backend(loc)
     try:
         return _faults.retrying(loc.url, "read the index", lambda: backend.whole(loc.key))
@@ -82,7 +82,7 @@ def save(stores: Stores, url: str, suffix: str, index_dir: str | None, data: byt
             f.write(data)
         os.replace(tmp, path)
         return
-    loc = locate(url + suffix, stores.options)
+    loc = locate(url, stores.options).sibling(suffix)  # the object's URL checked, then its index's
     backend = stores.backend(loc)
     try:
         _faults.retrying(loc.url, "write the index", lambda: backend.put(loc.key, data))

@@ -16,11 +16,22 @@ or ``storage_options=``, whose keys are the fsspec filesystem's (``key``, ``secr
 its ``repr`` names the keys only, and nothing of them goes into an index, a state, a
 signature or a message.
 
-Each :class:`Backend` does five things with an object — its size and ``ETag``
-(:meth:`~Backend.info`), a byte range checked against an ``ETag`` (:meth:`~Backend.get`), its
-last bytes with its size and ``ETag`` (:meth:`~Backend.tail`), all of a small one (an index,
+Each :class:`Backend` does five things with an object — its size and version
+(:meth:`~Backend.info`), a byte range checked against that version (:meth:`~Backend.get`), its
+last bytes with its size and version (:meth:`~Backend.tail`), all of a small one (an index,
 :meth:`~Backend.whole`), and storing a small one beside it (:meth:`~Backend.put`) — raising
 :class:`~._faults.Transient`, :class:`~._faults.Changed` or :class:`~._faults.Permanent`.
+
+An object's *version* is what the store says identifies its bytes: the ``ETag`` (a GCS
+generation), else, from an HTTP server that sends no ``ETag``, its ``Last-Modified`` date,
+kept as ``"last-modified: <date>"`` (:data:`LAST_MODIFIED`) and sent as
+``If-Unmodified-Since``; None when the server sends neither (the dataset warns at build).
+
+Every answer to a range request is checked against what was asked: a ``206`` must carry the
+``Content-Range`` of exactly the asked bytes and the object's size; a ``200`` (the whole
+object) is taken only for a request of the whole object, of its recorded size and version,
+and never when it is an HTML page; anything else is a permanent failure naming what was
+asked and what came back, never retried (the server would answer the same).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,7 +62,11 @@ PACKAGES = {
     "gs": ("fsspec", "gcsfs"),
     "az": ("fsspec", "adlfs"),
 }
-_TIMEOUT_S = 120.0  # one request, at most
+#: Seconds one request may take, its body included (and less when the read it belongs to
+#: has less left of ``faults.DEADLINE_S``).
+TIMEOUT_S = 120.0
+#: How a version taken from ``Last-Modified`` (a server that sends no ``ETag``) is written.
+LAST_MODIFIED = "last-modified: "
 
 
 def check_options(options: Any, where: str) -> dict[str, Any]:
@@ -117,13 +133,103 @@ class Stores:
         return f"Stores(storage_options keys={sorted(self.options)})"
 
 
-def _make(loc: Location, options: dict[str, Any]) -> Backend:
+#: the fsspec protocol of each kind of store
+_PROTOCOLS = {"s3": "s3", "http": "http", "hf": "http", "gs": "gcs", "az": "az"}
+#: keys seekdata itself reads, by kind of store (before the filesystem's own)
+_OWN_KEYS = {"http": ("headers",), "hf": ("headers", "token", "endpoint")}
+
+
+def accepted_keys(kind: str) -> list[str]:
+    """The ``storage_options`` keys a store of ``kind`` takes: the named parameters of its
+    fsspec filesystem's constructor (and of the classes it derives from), and seekdata's own."""
+    import inspect
+
     import fsspec
 
+    cls = fsspec.get_filesystem_class(_PROTOCOLS[kind])
+    names = set(_OWN_KEYS.get(kind, ()))
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        names.update(p.name for p in params if p.kind in kinds and p.name != "self")
+    return sorted(names)
+
+
+def check_keys(loc: Location, options: dict[str, Any]) -> None:
+    """A ``ValueError`` naming each key of ``options`` that the store of ``loc`` does not take
+    (fsspec passes unknown keys on to the client, which refuses them only at the first
+    request, with a bare ``TypeError``)."""
+    known = accepted_keys(loc.kind)
+    unknown = sorted(k for k in options if k not in known)
+    if unknown:
+        scheme = loc.url.split(":", 1)[0]
+        raise ValueError(
+            f"{loc.url}: storage_options has {'keys' if len(unknown) > 1 else 'a key'} that a "
+            f"{scheme}:// store does not take: {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(known)} (the fsspec filesystem's options; request parameters for S3 "
+            "go in s3_additional_kwargs, client options in client_kwargs or config_kwargs)"
+        )
+
+
+#: The filesystems this process made (by id: fsspec filesystems of equal options compare equal).
+_made: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+#: Those a forked child inherited from its parent: kept from collection for the child's life.
+_inherited: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) makes clients of its own (:class:`Stores`) and never
+    tears down its parent's: their connections and event loop are the parent's. Collected in
+    the child, a client is closed by fsspec's finalizer — on the child's event loop when the
+    collection happens on that loop's thread, where it fails ("Task exception was never
+    retrieved ... attached to a different loop", a traceback on stderr for each), else by
+    waiting a second for the parent's loop, which does not run here, then closing the sockets
+    through the parent's epoll set, which the child shares. So the child keeps them (a few
+    objects), detaches their finalizers, and lets the process end without touching them."""
+    global _made
+    parents = list(_made.values())
+    _made = weakref.WeakValueDictionary()
+    _inherited.extend(parents)
+    ids = {id(fs) for fs in parents}
+    # the finalizers fsspec registered for them (weakref.finalize, at a client's first
+    # request); CPython lists live finalizers only in this private registry, and there is no
+    # public way to find an object's: without it, the clients are still kept from collection
+    registry = getattr(weakref.finalize, "_registry", {})
+    for finalizer, info in list(registry.items()):
+        if id(getattr(info, "weakref", lambda: None)()) in ids:
+            finalizer.detach()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _make(loc: Location, options: dict[str, Any]) -> Backend:
+    backend = _make_backend(loc, options)
+    _made[id(backend.fs)] = backend.fs
+    return backend
+
+
+def _make_backend(loc: Location, options: dict[str, Any]) -> Backend:
+    import fsspec
+
+    check_keys(loc, options)
     opts = dict(options)
     try:
         if loc.kind == "s3":
-            return S3Backend(fsspec.filesystem("s3", skip_instance_cache=True, **opts), loc.root)
+            # one request per attempt: the retries are seekdata's (faults.retrying), bounded
+            # and deterministic, not botocore's and s3fs's on top of them (a refused connection
+            # took a minute to fail through all three)
+            config = dict(opts.pop("config_kwargs", None) or {})
+            config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
+            fs = fsspec.filesystem("s3", skip_instance_cache=True, config_kwargs=config, **opts)
+            fs.retries = 1
+            return S3Backend(fs, loc.root)
         if loc.kind in ("http", "hf"):
             headers = dict(opts.pop("headers", None) or {})
             if loc.kind == "hf":
@@ -181,8 +287,6 @@ class S3Backend(Backend):
     ``ETag`` and total size (``Content-Range``) are compared with the index's."""
 
     def _run(self, method: str, **kwargs: Any) -> Any:
-        from fsspec.asyn import sync
-
         async def call() -> Any:
             out = await self.fs._call_s3(method, **kwargs)
             if "Body" in out:
@@ -190,7 +294,7 @@ class S3Backend(Backend):
                     out["Body"] = await body.read()
             return out
 
-        return _call(lambda: sync(self.fs.loop, call, timeout=_TIMEOUT_S))
+        return _call(lambda: _sync(self.fs.loop, call))
 
     def _where(self, key: str) -> dict[str, str]:
         return {"Bucket": self.root.split("://", 1)[1], "Key": key}
@@ -204,6 +308,8 @@ class S3Backend(Backend):
         out = self._run(
             "get_object", Range=f"bytes={start}-{stop - 1}", **self._where(key), **extra
         )
+        status = int(out.get("ResponseMetadata", {}).get("HTTPStatusCode", 206))
+        _check_range(status, out.get("ContentRange"), start, stop, size, etag, out.get("ETag"))
         _check_answer(out.get("ContentRange"), out.get("ETag"), etag, size)
         _check_length(out["Body"], stop - start)
         return bytes(out["Body"])
@@ -236,8 +342,6 @@ class HTTPBackend(Backend):
         return f"{self.root}/{quote(key)}"
 
     def _request(self, method: str, key: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
-        from fsspec.asyn import sync
-
         async def call() -> tuple[int, Any, bytes]:
             session = await self.fs.set_session()
             wanted = {**self.headers, "Accept-Encoding": "identity", **headers}
@@ -247,7 +351,7 @@ class HTTPBackend(Backend):
                 body = await r.read() if method == "GET" and r.status in (200, 206) else b""
                 return r.status, r.headers, body
 
-        status, answer, body = _call(lambda: sync(self.fs.loop, call, timeout=_TIMEOUT_S))
+        status, answer, body = _call(lambda: _sync(self.fs.loop, call))
         _status(status)
         return status, answer, body
 
@@ -255,28 +359,52 @@ class HTTPBackend(Backend):
         _, answer, _ = self._request("HEAD", key, {})
         if "Content-Length" not in answer:
             raise _faults.Permanent("invalid", "the server gives no Content-Length")
-        return int(answer["Content-Length"]), answer.get("ETag")
+        return int(answer["Content-Length"]), _http_version(answer)
 
     def get(self, key: str, start: int, stop: int, etag: str | None, size: int) -> bytes:
         headers = {"Range": f"bytes={start}-{stop - 1}"}
-        if etag is not None:
+        if etag is not None and etag.startswith(LAST_MODIFIED):
+            headers["If-Unmodified-Since"] = etag[len(LAST_MODIFIED) :]
+        elif etag is not None:
             headers["If-Match"] = etag
-        status, answer, body = self._request("GET", key, headers)
-        if status != 206 and not (status == 200 and start == 0 and stop == size):
+        try:
+            status, answer, body = self._request("GET", key, headers)
+        except _faults.Changed:
+            if "If-Unmodified-Since" not in headers:
+                raise
+            raise _faults.Changed(
+                f"the server refused If-Unmodified-Since (412): it was modified after its "
+                f"Last-Modified {headers['If-Unmodified-Since']}, recorded when it was indexed"
+            ) from None
+        now = _http_version(answer, like=etag)
+        if status == 200 and answer.get("Content-Type", "").lower().startswith("text/html"):
             raise _faults.Permanent(
-                "invalid", f"the server answered {status} to a Range request (it must honour Range)"
+                "range",
+                f"asked for bytes {start}-{stop - 1} of {size}, the server answered {status} "
+                f"with an HTML page ({len(body)} bytes, Content-Type {answer['Content-Type']})",
             )
-        _check_answer(answer.get("Content-Range"), answer.get("ETag"), etag, size)
+        _check_range(status, answer.get("Content-Range"), start, stop, size, etag, now)
+        _check_answer(answer.get("Content-Range"), now, etag, size)
         _check_length(body, stop - start)
         return body
 
     def tail(self, key: str, nbytes: int) -> tuple[int, str | None, bytes]:
         status, answer, body = self._request("GET", key, {"Range": f"bytes=-{nbytes}"})
+        html = answer.get("Content-Type", "").lower().startswith("text/html")
+        if status == 200 and (html or len(body) > nbytes):
+            raise _faults.Permanent(
+                "range",
+                f"asked for its last {nbytes} bytes, the server answered 200 with "
+                + (f"an HTML page ({len(body)} bytes)" if html else f"all {len(body)} bytes"),
+            )
         total = _total(answer.get("Content-Range")) if status == 206 else len(body)
         if total is None:
             raise _faults.Permanent("invalid", "the server's answer has no Content-Range")
+        if status == 206:
+            _check_range(status, answer.get("Content-Range"), max(0, total - nbytes), total,
+                         total, None, None)  # fmt: skip
         _check_length(body, min(nbytes, total))
-        return total, answer.get("ETag"), body
+        return total, _http_version(answer), body
 
     def whole(self, key: str) -> bytes:
         return self._request("GET", key, {})[2]
@@ -298,6 +426,67 @@ def _status(status: int) -> None:
     raise _faults.Permanent("invalid", f"HTTP {status}")
 
 
+def _sync(loop: Any, call: Any) -> Any:
+    """``call()`` run on the filesystem's event loop, within the time one request may take."""
+    from fsspec.asyn import sync
+
+    limit = _faults.remaining(TIMEOUT_S)
+    try:
+        return sync(loop, call, timeout=limit)
+    except TimeoutError:  # (fsspec's FSTimeoutError is one)
+        raise _faults.Transient(f"no complete answer within {limit:.3g} s") from None
+
+
+def _http_version(answer: Any, like: str | None = None) -> str | None:
+    """The version an HTTP answer gives: its ``ETag``, else its ``Last-Modified`` (as
+    :data:`LAST_MODIFIED` ``+ date``), else None. ``like``: the recorded version, whose kind is
+    taken (a ``Last-Modified`` recorded is compared with a ``Last-Modified`` answered)."""
+    modified = answer.get("Last-Modified")
+    if like is not None and like.startswith(LAST_MODIFIED):
+        return None if modified is None else LAST_MODIFIED + modified
+    etag = answer.get("ETag")
+    if etag is not None:
+        return str(etag)
+    return None if modified is None else LAST_MODIFIED + modified
+
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+
+
+def _check_range(
+    status: int, content_range: Any, start: int, stop: int, size: int, etag: Any, now: Any
+) -> None:
+    """That an answer to a request for bytes ``[start, stop)`` holds those bytes: a ``206``
+    whose ``Content-Range`` is exactly them, or a ``200`` for a request of the whole object
+    that carries its recorded version (``etag``; ``now``: the answer's). A
+    :class:`~._faults.Permanent` ("range") naming what was asked and what came back, else."""
+    asked = f"asked for bytes {start}-{stop - 1} of {size}"
+    if status == 200:
+        if start == 0 and stop == size and etag is not None and now == etag:
+            return  # the whole object, provably the version the index describes
+        why = (
+            "not the whole object"
+            if (start, stop) != (0, size)
+            else "with no version to prove it the object the index describes"
+        )
+        raise _faults.Permanent(
+            "range",
+            f"{asked}, the server answered 200 (a whole answer, {why}): it does not honour Range",
+        )
+    match = _CONTENT_RANGE.match(str(content_range or ""))
+    if match is None:
+        raise _faults.Permanent(
+            "range", f"{asked}, the server answered {status} with Content-Range {content_range!r}"
+        )
+    a, b, total = int(match.group(1)), int(match.group(2)), match.group(3)
+    if total != "*" and int(total) != size:
+        raise _faults.Changed(f"size {size} → {total} bytes")
+    if (a, b) != (start, stop - 1):
+        raise _faults.Permanent(
+            "range", f"{asked}, the server answered bytes {a}-{b}/{total} (another range)"
+        )
+
+
 def _total(content_range: Any) -> int | None:
     """The object's size from a ``Content-Range: bytes a-b/total`` header."""
     if not content_range or "/" not in str(content_range):
@@ -311,6 +500,9 @@ def _check_answer(content_range: Any, now: Any, etag: str | None, size: int) -> 
     if total is not None and total != size:
         raise _faults.Changed(f"size {size} → {total} bytes")
     if etag is not None and now is not None and now != etag:
+        if etag.startswith(LAST_MODIFIED):
+            n = len(LAST_MODIFIED)
+            raise _faults.Changed(f"Last-Modified {etag[n:]} → {str(now)[n:]}")
         raise _faults.Changed(f"ETag {etag} → {now}")
 
 
@@ -327,6 +519,18 @@ _S3_CODES = (
     ("InvalidAccessKeyId", "denied"),
     ("SignatureDoesNotMatch", "denied"),
     ("InvalidRange", "invalid"),
+    ("ExpiredToken", "denied"),
+    ("InvalidToken", "denied"),
+)
+#: botocore's errors for credentials that were not found or could not be loaded: no retry
+#: finds them
+_CREDENTIAL_ERRORS = (
+    "NoCredentialsError",
+    "PartialCredentialsError",
+    "CredentialRetrievalError",
+    "NoAuthTokenError",
+    "UnauthorizedSSOTokenError",
+    "SSOTokenLoadError",
 )
 
 
@@ -347,6 +551,8 @@ def _call(fn: Any) -> Any:
     except PermissionError as exc:
         raise _faults.Permanent("denied", _faults.line(exc)) from None
     except Exception as exc:
+        if any(c.__name__ in _CREDENTIAL_ERRORS for c in type(exc).__mro__):
+            raise _faults.Permanent("credentials", _faults.line(exc)) from None
         text = f"{exc!r} {exc.__cause__!r}"
         if "PreconditionFailed" in text or _STATUS_412.search(text):
             raise _faults.Changed("the store refused If-Match (412): its ETag is another") from None
@@ -376,8 +582,6 @@ class GCSBackend(Backend):
     ) -> tuple[int, Any, bytes]:
         from urllib.parse import quote
 
-        from fsspec.asyn import sync
-
         fs = self.fs
         bucket = quote(self.root.split("://", 1)[1], safe="")
         if data is None:
@@ -394,7 +598,9 @@ class GCSBackend(Backend):
                 return r.status, r.headers, await r.read()
 
         try:
-            status, answer, body = sync(fs.loop, call, timeout=_TIMEOUT_S)
+            status, answer, body = _sync(fs.loop, call)
+        except _faults.Transient:
+            raise
         except Exception as exc:
             module = type(exc).__module__ or ""
             if module.startswith("google.auth") and type(exc).__name__ != "TransportError":
@@ -430,14 +636,13 @@ class GCSBackend(Backend):
         status, answer, body = self._request(
             "GET", key, params, {"Range": f"bytes={start}-{stop - 1}"}
         )
-        if status != 206 and not (status == 200 and start == 0 and stop == size):
-            raise _faults.Permanent(
-                "invalid", f"the server answered {status} to a Range request (it must honour Range)"
-            )
+        now = answer.get("X-Goog-Generation")
+        if now is None and "ifGenerationMatch" in params:
+            now = etag  # GCS itself held the answer to that generation
+        _check_range(status, answer.get("Content-Range"), start, stop, size, etag, now)
         total = _total(answer.get("Content-Range"))
         if total is not None and total != size:
             raise _faults.Changed(f"size {size} → {total} bytes")
-        now = answer.get("X-Goog-Generation")
         if etag is not None and now is not None and now != etag:
             raise _faults.Changed(f"generation {etag} → {now}")
         _check_length(body, stop - start)

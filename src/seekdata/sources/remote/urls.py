@@ -101,9 +101,16 @@ def locate(url: str, options: dict[str, Any] | None = None) -> Location:
     bucket, path = parts.netloc, parts.path.lstrip("/")
     if not bucket or not path or path.endswith("/"):
         what = "host" if kind == "http" else "bucket"
+        given = (
+            f"it names no {what}"
+            if not bucket
+            else f"it names {'only' if not path else 'a folder of'} the {what} {bucket!r}"
+        )
         raise ValueError(
-            f"{url}: a remote URL must name a {what} and an object in it, e.g. "
-            f"{scheme}://{'example.com' if kind == 'http' else 'bucket'}/data/train-0000.tar"
+            f"{url}: a remote URL must name a {what} and an object in it ({given}), e.g. "
+            f"{scheme}://{bucket or ('example.com' if kind == 'http' else 'bucket')}"
+            "/data/train-0000.tar; for many objects, name them with a brace pattern "
+            "(.../train-{0000..0099}.tar) or pass a list of URLs"
         )
     root = f"{parts.scheme.lower()}://{bucket}"
     return Location(url, kind, root, unquote(path) if kind == "http" else path)
