@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 import tarfile
+import weakref
+from collections.abc import Iterator
 
 import pytest
 import webdataset as wds
@@ -145,6 +147,30 @@ def test_runs_as_a_module(tmp_path: pathlib.Path) -> None:
     assert done.stdout == (
         "built 2 indexes, found 0 current: 2 shards, 10 samples; indexes beside the shards\n"
     )
+
+
+def test_the_progress_bar_keeps_no_item(capsys: pytest.CaptureFixture[str]) -> None:
+    """The bar counts; it holds no shard (issue 35: the command's memory must not grow with
+    the shards). Every item it passed on is freed once its consumer drops it (the one it is
+    passing on is held by its own frame until the next)."""
+    from seekdata.tools import cli
+
+    class Item:
+        pass
+
+    refs: list[weakref.ref[Item]] = []
+
+    def items() -> Iterator[Item]:
+        for _ in range(50):
+            item = Item()
+            refs.append(weakref.ref(item))
+            yield item
+            del item
+
+    for i, item in enumerate(cli._progress_bar(items(), 50)):
+        del item
+        assert all(ref() is None for ref in refs[:i]), f"an item before {i} is still held"
+    assert len(refs) == 50 and "50/50" in capsys.readouterr().err
 
 
 def test_the_console_script_names_the_tools_main() -> None:

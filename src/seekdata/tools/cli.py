@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +37,7 @@ def _add_index(subparsers: _Subparsers) -> None:
             "Up-to-date indexes are kept; a file that changed since indexing is an error "
             "unless --force."
         ),
+        epilog=_ENVIRONMENT,
     )
     parser.add_argument(
         "urls",
@@ -62,6 +64,25 @@ def _add_index(subparsers: _Subparsers) -> None:
         metavar="N",
         help="processes scanning shards at once (default 1)",
     )
+    remote = parser.add_argument_group(
+        "remote files",
+        "s3://, gs://, az://, http(s):// and hf:// URLs are read by byte range; these options "
+        "are the library's storage_options= (the fsspec filesystem's options)",
+    )
+    remote.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one storage option, repeatable; VALUE is parsed as JSON when it is JSON (true, "
+        "3, {...}), else kept as a string: --storage-option endpoint_url=http://host:9000",
+    )
+    remote.add_argument(
+        "--storage-options",
+        metavar="JSON",
+        help="all storage options as one JSON object, or @FILE to read it from a file "
+        "(keeps secrets off the command line)",
+    )
     tokens = parser.add_argument_group(
         "token files", "index flat token files (raw binaries or .npy) instead of tar shards"
     )
@@ -86,15 +107,28 @@ def _add_index(subparsers: _Subparsers) -> None:
     parser.set_defaults(run=_run_index)
 
 
+#: Where the back-ends look when no storage option names a thing (--help says it).
+_ENVIRONMENT = (
+    "Without storage options, a remote store is reached the way its back-end finds it: S3 "
+    "reads AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3), AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+    "AWS_SESSION_TOKEN, AWS_PROFILE, AWS_DEFAULT_REGION and ~/.aws; GCS "
+    "GOOGLE_APPLICATION_CREDENTIALS; Azure AZURE_STORAGE_ACCOUNT_NAME, "
+    "AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_SAS_TOKEN; the "
+    "Hugging Face Hub HF_TOKEN. A storage option wins "
+    "over the environment, e.g. --storage-option endpoint_url=http://127.0.0.1:9000."
+)
+
+
 def _run_index(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    options = _storage_options(args.storage_options, args.storage_option)
     if args.eos_id is not None:  # token files: the core install suffices (no webdataset)
         from seekdata.sources.tokens import files as _tokenfiles
 
         where = "seekdata index"
         names = [n for pattern in args.urls for n in _tokenfiles.expand_files(pattern, where)]
-        return _run_index_tokens(args, names)
+        return _run_index_tokens(args, names, _stores(names, options))
     from seekdata.sources.wds import tarindex as _tarindex
     from seekdata.sources.wds import urls as _shardurls
 
@@ -114,12 +148,82 @@ def _run_index(args: argparse.Namespace) -> int:
         force=args.force,
         jobs=args.jobs,
         progress=_progress_bar,
+        stores=_stores(urls, options),
     )
     samples = sum(len(shard.index.keys) for shard in shards)
     where = args.index_dir if args.index_dir is not None else "beside the shards"
     done = _what_was_done(paths, before)
     print(f"{done}: {_count(len(shards), 'shard')}, {samples} samples; indexes {where}")
     return 0
+
+
+def _storage_options(text: str | None, items: list[str]) -> dict[str, Any]:
+    """The library's ``storage_options=`` from ``--storage-options JSON`` (or ``@FILE``) and
+    each ``--storage-option KEY=VALUE``. A value is never quoted in an error: it may be a
+    secret."""
+    options: dict[str, Any] = {}
+    if text is not None:
+        where = "--storage-options"
+        if text.startswith("@"):
+            where = f"--storage-options {text}"
+            with open(text[1:], encoding="utf-8") as f:  # an OSError names the file: exit 2
+                text = f.read()
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{where} must be a JSON object such as "
+                f'\'{{"endpoint_url": "http://127.0.0.1:9000"}}\'; it is not JSON ({exc.msg} '
+                f"at character {exc.pos}); quote it for the shell, or use --storage-option "
+                "KEY=VALUE"
+            ) from None  # the cause quotes the text, which may hold a secret
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"{where} must be a JSON object of options (the fsspec filesystem's, as "
+                f"storage_options= takes them); got a JSON {_JSON_KINDS[type(value)]}; write "
+                'them as {"name": value, ...}'
+            )
+        options.update(value)
+    for item in items:
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ValueError(
+                "--storage-option must be KEY=VALUE, e.g. --storage-option "
+                "endpoint_url=http://127.0.0.1:9000; got one without "
+                + ("'='" if not eq else "a key before '='")
+            )
+        if key in options:
+            raise ValueError(
+                f"storage option {key!r} is given twice (in --storage-options or another "
+                "--storage-option); give each option once"
+            )
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw  # a plain string: an endpoint, a profile's name
+    return options
+
+
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+_JSON_KINDS[type(None)] = "null"
+
+
+def _stores(urls: list[str], options: dict[str, Any]) -> Any:
+    """One :class:`~seekdata.sources.remote.Stores` for every remote file, None when all are
+    local. One for all is what keeps the command's memory flat: each store's client (an S3
+    client holds ~14 MB and takes ~0.3 s to make) is made once, not once per file."""
+    from seekdata.sources import remote
+
+    if not any(map(remote.is_remote, urls)):
+        if options:
+            raise ValueError(
+                "storage options are for remote files (s3://, gs://, az://, http(s)://, hf://); "
+                f"every file given is local ({urls[0]}, ...); drop --storage-option(s), or name "
+                "the remote files"
+            )
+        return None
+    return remote.Stores(options)
 
 
 def _shard_index(url: str, index_dir: str | None) -> str | None:
@@ -148,9 +252,15 @@ def _stamp(path: str | None) -> tuple[int, int, int] | None:
 
 
 def _what_was_done(paths: list[str | None], before: list[tuple[int, int, int] | None]) -> str:
-    """'built 2 indexes, found 1 current': an index is built when its file is new or rewritten."""
-    built = sum(b is None or _stamp(p) != b for p, b in zip(paths, before, strict=True))
-    return f"built {_count(built, 'index', 'indexes')}, found {len(paths) - built} current"
+    """'built 2 indexes, found 1 current': an index is built when its file is new or rewritten.
+    A remote index (its path None) is not stamped: one more request per file to tell which."""
+    known = [(p, b) for p, b in zip(paths, before, strict=True) if p is not None]
+    built = sum(b is None or _stamp(p) != b for p, b in known)
+    remote = len(paths) - len(known)
+    if remote == len(paths):
+        return f"built or found current {_count(remote, 'remote index', 'remote indexes')}"
+    done = f"built {_count(built, 'index', 'indexes')}, found {len(known) - built} current"
+    return done + (f", built or found current {remote} remote" if remote else "")
 
 
 def _count(n: int, noun: str, plural: str | None = None) -> str:
@@ -161,9 +271,10 @@ def _count(n: int, noun: str, plural: str | None = None) -> str:
 _TOKEN_SUFFIXES = (".bin", ".npy", ".u16", ".u32")
 
 
-def _run_index_tokens(args: argparse.Namespace, names: list[str]) -> int:
+def _run_index_tokens(args: argparse.Namespace, names: list[str], stores: Any) -> int:
     import numpy as np
 
+    from seekdata.sources import remote as _remote
     from seekdata.sources.tokens import files as _tokenfiles
     from seekdata.sources.tokens import index as _tokenindex
 
@@ -181,7 +292,12 @@ def _run_index_tokens(args: argparse.Namespace, names: list[str]) -> int:
     info = np.iinfo(dtype)
     if not info.min <= args.eos_id <= info.max:
         raise ValueError(f"--eos-id {args.eos_id} cannot occur in {dtype} token files")
-    paths: list[str | None] = [_tokenindex.index_path(name, args.index_dir) for name in names]
+    paths: list[str | None] = [
+        None
+        if stores is not None and _remote.is_remote(name)
+        else _tokenindex.index_path(name, args.index_dir)
+        for name in names
+    ]  # a remote file's index is not stamped (see _what_was_done)
     before = [_stamp(path) for path in paths]
     indexed = _tokenindex.index_files(
         names,
@@ -192,6 +308,7 @@ def _run_index_tokens(args: argparse.Namespace, names: list[str]) -> int:
         force=args.force,
         jobs=args.jobs,
         progress=functools.partial(_progress_bar, unit="file"),
+        stores=stores,
     )
     documents = sum(i.documents for i in indexed)
     tokens = sum(i.tokens for i in indexed)
