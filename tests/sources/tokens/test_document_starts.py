@@ -106,3 +106,15 @@ def test_documents_that_start_a_file_or_follow_its_tail_need_no_eos_before_them(
         got, want = ds[i], given[i]
         assert all(np.array_equal(got[k], want[k]) for k in want), i
     assert len(a) + len(b) == ds.num_tokens
+
+
+def test_an_index_of_deeply_nested_json_is_rebuilt(tmp_path: pathlib.Path) -> None:
+    """As an index of any bytes that are not JSON: no RecursionError from the parser."""
+    path = tmp_path / "tok.bin"
+    write_corpus(path, LENGTHS)
+    ds = PackedDocuments(str(path), SEQ_LEN, eos_id=EOS)
+    ipath = pathlib.Path(str(path) + tokenindex.INDEX_SUFFIX)
+    ipath.write_bytes(b"[" * 60_000 + b"\n")  # a header line, 64 KiB at most
+    again = PackedDocuments(str(path), SEQ_LEN, eos_id=EOS)
+    assert again.stream_signature == ds.stream_signature
+    assert ipath.read_bytes().startswith(b'{"format":"seekdata-token-docs"')

@@ -12,7 +12,10 @@ column chunk) and the footer's length. :func:`describe` reads it once per file:
   already costs a single request, so nothing is written beside the data.
 
 The ``ETag`` (or, for local files, size and mtime) is checked at every read afterwards: a file
-rewritten under a built dataset is refused, never read as another table's rows.
+rewritten under a built dataset is refused, never read as another table's rows. A kept footer
+whose column chunks do not fit before the file's footer (another file's, swapped in) is refused
+when the dataset is built, and any row group's at its read; ``rebuild=True`` (``ParquetRows(...,
+rebuild_index=True)``) reads every footer from its file again and keeps it anew.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ class Part:
     metadata: Any  #: pyarrow.parquet.FileMetaData
     size: int  #: bytes when described
     mtime_ns: int  #: local files: mtime when described (0 for remote)
+    #: a remote file's footer kept under ``index_dir`` (the file later datasets read it from)
+    kept: str | None = None
+    footer_bytes: int = 0  #: length of the footer (its Thrift bytes)
 
     @property
     def row_groups(self) -> list[int]:
@@ -64,12 +70,14 @@ def describe(
     index_dir: str | None,
     cache: remote.Cache | None,
     where: str,
+    rebuild: bool = False,
 ) -> Part:
     """Read (or find kept) the footer of one Parquet file; ``ValueError`` naming it when it
-    is not one."""
+    is not one. ``rebuild``: read a remote file's footer from it even when one is kept."""
     if not remote.is_remote(name):
         return _local(name, where)
-    kept = _kept(stores, name, index_dir)
+    kept = None if rebuild else _kept(stores, name, index_dir)
+    place = None if index_dir is None else _indexes.local_index_path(name, FOOTER_SUFFIX, index_dir)
     if kept is not None:
         size, etag, footer = kept
         file = remote.RemoteFile(stores, name, size=size, etag=etag, cache=cache)
@@ -90,7 +98,41 @@ def describe(
             line = json.dumps(head, separators=(",", ":")).encode() + b"\n"
             _indexes.save(stores, name, FOOTER_SUFFIX, index_dir, line + footer)
     metadata = _parse(name, footer)
-    return Part(name, None, file, metadata, file.size, 0)
+    part = Part(name, None, file, metadata, file.size, 0, place, len(footer))
+    if kept is not None and metadata.num_row_groups:  # the last row group lies furthest
+        last = metadata.num_row_groups - 1
+        leaves = list(range(metadata.num_columns))
+        problem = range_problem(part, last, column_ranges(metadata, last, leaves))
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}")
+    return part
+
+
+def fix(part: Part) -> str:
+    """How to make ``part`` readable again, for messages: what exists for its kind of file."""
+    if part.remote is None:
+        return "rewrite the file, or build the dataset again if it was replaced on purpose"
+    if part.kept is None:
+        return "build the dataset again (it reads the file's footer) if it was replaced on purpose"
+    return (
+        f"build the dataset again with rebuild_index=True (it reads the file's footer, not the "
+        f"copy kept at {part.kept}), or delete that copy"
+    )
+
+
+def range_problem(part: Part, row_group: int, ranges: list[tuple[int, int]]) -> str | None:
+    """What is wrong with the column chunk ``ranges`` of ``row_group`` of a remote ``part``:
+    each must lie between the file's magic and its footer, else the footer is not the file's."""
+    data_end = part.size - 8 - part.footer_bytes
+    bad = [(a, b) for a, b in ranges if not 4 <= a <= b <= data_end]
+    if not bad:
+        return None
+    a, b = bad[0]
+    return (
+        f"{part.name}: its footer places a column chunk of row group {row_group} at bytes "
+        f"{a}-{b}, outside the file's data (bytes 4-{data_end} of {part.size}): the footer is "
+        f"not this file's (another file's, or the file changed); {fix(part)}"
+    )
 
 
 def _local(name: str, where: str) -> Part:
@@ -119,7 +161,7 @@ def _kept(stores: remote.Stores, url: str, index_dir: str | None) -> tuple[int, 
         return None
     line, _, footer = data.partition(b"\n")
     try:
-        head = json.loads(line)
+        head = _indexes.parse_json(line)  # None (not JSON, or nested too deep): a TypeError
         if (head["format"], head["version"], head["url"]) != (FOOTER_FORMAT, FOOTER_VERSION, url):
             return None
         return int(head["size"]), head["etag"], footer

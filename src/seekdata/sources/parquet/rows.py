@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from torch.utils.data import Dataset
 
+from seekdata._core.checks import check_bool
 from seekdata.sources import remote
 from seekdata.sources.parquet import columns as _columns
 from seekdata.sources.parquet import footers as _footers
@@ -43,6 +44,8 @@ class ParquetRows(Dataset[dict[str, Any]]):
         storage_options: the back-end's options for remote URLs (credentials, endpoint).
         index_dir: a local directory where remote files' footers are kept, so a later
             dataset is built without a request.
+        rebuild_index: read every remote file's footer from the file again, not from the copy
+            kept under ``index_dir``, and keep it anew: after a file was replaced on purpose.
         cache: a :class:`seekdata.remote.Cache` for remote bytes, or None.
         keep_row_groups: decoded row groups each process keeps (least recently used dropped);
             with ``order="shards"`` keep at least its window (4 by default), so each row
@@ -67,8 +70,10 @@ class ParquetRows(Dataset[dict[str, Any]]):
         index_dir: str | os.PathLike[str] | None = None,
         cache: remote.Cache | None = None,
         keep_row_groups: int = 8,
+        rebuild_index: bool = False,
     ) -> None:
         where = "ParquetRows"
+        check_bool(rebuild_index, "rebuild_index", where)
         if format not in _columns.FORMATS:
             raise ValueError(
                 f"{where}: format must be one of {', '.join(map(repr, _columns.FORMATS))}; "
@@ -88,7 +93,12 @@ class ParquetRows(Dataset[dict[str, Any]]):
         folder = None if index_dir is None else os.fspath(index_dir)
         self._parts: list[Part] = remote.map_objects(
             lambda n: _footers.describe(
-                n, stores=self._stores, index_dir=folder, cache=cache, where=where
+                n,
+                stores=self._stores,
+                index_dir=folder,
+                cache=cache,
+                where=where,
+                rebuild=rebuild_index,
             ),
             names,
             names,
@@ -203,8 +213,16 @@ class ParquetRows(Dataset[dict[str, Any]]):
             part = self._parts[k]
             if part.remote is not None:
                 ranges = _footers.column_ranges(part.metadata, local, self._leaves[k])
+                problem = _footers.range_problem(part, local, ranges)
+                if problem is not None:
+                    raise ValueError(f"ParquetRows: {problem}")
                 wanted += [(part.remote, a, b) for a, b in ranges]
-        remote.prefetch(wanted)  # into memory, where pyarrow's reads find them
+        try:
+            remote.prefetch(wanted)  # into memory, where pyarrow's reads find them
+        except ValueError as exc:
+            for k in dict.fromkeys(self._owners[g][0] for g in missing):  # the files read
+                self._refuse_if_changed(self._parts[k], exc)
+            raise
         for g in missing:
             have[g] = self._decode(g)
         with self._lock:
@@ -218,15 +236,38 @@ class ParquetRows(Dataset[dict[str, Any]]):
     def _decode(self, group: int) -> pa.Table:
         k, local = self._owners[group]
         part = self._parts[k]
+        pf = self._file(k)
         try:
-            return self._file(k).read_row_group(local, columns=self.columns, use_threads=False)
-        except (ValueError, OSError):
-            raise
-        except Exception as exc:  # pyarrow's ArrowInvalid and friends
+            return pf.read_row_group(local, columns=self.columns, use_threads=False)
+        except Exception as exc:
+            if isinstance(exc, ValueError | OSError) and str(exc).startswith(part.name):
+                self._refuse_if_changed(part, exc)  # a remote read's own error, naming the URL
+                raise
+            # pyarrow's: an OSError ("Couldn't deserialize thrift"), ArrowInvalid, ...
+            detail = " ".join(str(exc).split())[:300]
             raise ValueError(
-                f"ParquetRows: row group {local} of {part.name} cannot be decoded ({exc}); the "
-                "file is corrupt or changed since its footer was read; rebuild the dataset"
+                f"ParquetRows: row group {local} of {part.name} cannot be decoded "
+                f"({type(exc).__name__}: {detail}); the file is corrupt, or its footer is not "
+                f"its own (the file changed since the footer was read); {_footers.fix(part)}"
             ) from exc
+
+    def _refuse_if_changed(self, part: Part, exc: BaseException) -> None:
+        """Raise, naming the fix that exists for Parquet, when the remote ``part`` is no longer
+        the object its footer was read from (one HEAD, on this error path only)."""
+        if part.remote is None:
+            return
+        try:
+            now = part.remote.head()
+        except (ValueError, OSError):
+            return  # the read's own error says more
+        if now == (part.size, part.remote.etag):
+            return
+        raise ValueError(
+            f"ParquetRows: {part.name} changed after its footer was read (size {part.size} → "
+            f"{now[0]} bytes, ETag {part.remote.etag} → {now[1]}); its rows are no longer where "
+            f"the footer says, and positions saved in a checkpoint may now name other rows. If "
+            f"the change is intended, {_footers.fix(part)}; else restore the file"
+        ) from exc
 
     def _file(self, k: int) -> Any:
         with self._lock:

@@ -170,7 +170,7 @@ def _parse(
     """The index whose header line is ``line`` and whose whole is ``size`` bytes, its ``count``
     offsets read by ``offsets(count)``; None or :class:`_Unsound` as :func:`_read` says."""
     try:
-        head = json.loads(line)
+        head = _indexes.parse_json(line)  # None (not JSON, or nested too deep): a TypeError
         if (head["format"], head["version"]) != (INDEX_FORMAT, INDEX_VERSION):
             return None
         if (head["dtype"], head["eos_id"]) != (dtype.str, eos_id):
@@ -337,13 +337,11 @@ def index_files(
     force: bool = False,
     jobs: int = 1,
     progress: Callable[[Iterator[Indexed], int], Iterable[Indexed]] | None = None,
-    stores: Any = None,
 ) -> list[Indexed]:
-    """Load or build the boundary index of every token file (``seekdata index --eos-id``).
-    Remote files are read through ``stores`` (their ``storage_options``)."""
+    """Load or build the boundary index of every token file (``seekdata index --eos-id``)."""
     one = functools.partial(
         _index_one, dtype=dtype, eos_id=eos_id, vocab_size=vocab_size,
-        index_dir=index_dir, force=force, stores=stores,
+        index_dir=index_dir, force=force,
     )  # fmt: skip
     # the scan is numpy over each file: processes give one core per file
     pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
@@ -363,9 +361,8 @@ def _index_one(
     vocab_size: int | None,
     index_dir: str | None,
     force: bool,
-    stores: Any = None,
 ) -> Indexed:
-    f = describe(name, dtype, stores=stores)
+    f = describe(name, dtype)
     index = load_or_build(f, dtype, eos_id, index_dir=index_dir, force=force)
     if vocab_size is not None:
         check_vocab(f, index, dtype, vocab_size)
