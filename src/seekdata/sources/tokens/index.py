@@ -337,11 +337,13 @@ def index_files(
     force: bool = False,
     jobs: int = 1,
     progress: Callable[[Iterator[Indexed], int], Iterable[Indexed]] | None = None,
+    stores: Any = None,
 ) -> list[Indexed]:
-    """Load or build the boundary index of every token file (``seekdata index --eos-id``)."""
+    """Load or build the boundary index of every token file (``seekdata index --eos-id``).
+    Remote files are read through ``stores`` (their ``storage_options``)."""
     one = functools.partial(
         _index_one, dtype=dtype, eos_id=eos_id, vocab_size=vocab_size,
-        index_dir=index_dir, force=force,
+        index_dir=index_dir, force=force, stores=stores,
     )  # fmt: skip
     # the scan is numpy over each file: processes give one core per file
     pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
@@ -361,8 +363,9 @@ def _index_one(
     vocab_size: int | None,
     index_dir: str | None,
     force: bool,
+    stores: Any = None,
 ) -> Indexed:
-    f = describe(name, dtype)
+    f = describe(name, dtype, stores=stores)
     index = load_or_build(f, dtype, eos_id, index_dir=index_dir, force=force)
     if vocab_size is not None:
         check_vocab(f, index, dtype, vocab_size)
