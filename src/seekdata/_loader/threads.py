@@ -222,6 +222,7 @@ class Pool:
                     shared,
                     i,
                     WorkerInfo(
+                        # torch's WorkerInfo.seed (base seed + id): reported, never a key
                         id=i, num_workers=self.n, seed=seed + i, dataset=dataset,
                         worker_method=THREAD,
                     ),

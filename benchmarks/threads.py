@@ -1,0 +1,285 @@
+"""Thread workers against process workers, torch's DataLoader and torchdata.nodes (issue 38).
+
+Two measurements, each loader in a new random order every round, one loader's workers gone
+before the next starts (``wait_workers``), the median of the rounds:
+
+- **JPEG pipeline** (Pillow's decode releases the GIL): synthetic JPEGs decoded with Pillow,
+  a random crop and flip from ``seekdata.transforms`` on the sample's own stream, batch 64,
+  ``--workers`` workers: seekdata threads, seekdata processes, torch's DataLoader (processes)
+  and ``torchdata.nodes.ParallelMapper(method="thread")`` over the same dataset. Samples/s over
+  ``--epochs`` epochs, workers started once (persistent).
+- **pure Python** (``__getitem__`` holds the GIL): the same loaders on a loop of Python
+  arithmetic per sample: where threads lose.
+- **first batch, persistent_workers=False**: ``iter()`` to the first batch over a dataset
+  holding ``--strings`` Python strings (2 million by default), threads against processes.
+
+SPDL is not measured where ``pip install spdl`` finds no wheel (it does not on this machine's
+package mirror); the script says so in its JSON.
+
+    python benchmarks/threads.py            # the figures in docs/threads.md
+    python benchmarks/threads.py --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np
+import torch
+
+import seekdata
+import seekdata.transforms as T
+from _harness import interleave, median, parser, pyplot, quiet, save, table, wait_workers
+from _harness import write as write_json
+
+
+class Jpegs(torch.utils.data.Dataset):
+    """``n`` synthetic JPEGs, decoded with Pillow, cropped and flipped on the sample's stream."""
+
+    def __init__(self, n: int, side: int, crop: int) -> None:
+        from PIL import Image
+
+        gen = np.random.default_rng(0)
+        self.blobs = []
+        for _ in range(n):
+            pixels = gen.integers(0, 255, (side // 8, side // 8, 3), dtype=np.uint8)
+            img = Image.fromarray(pixels).resize((side, side), Image.BILINEAR)
+            buf = io.BytesIO()
+            img.save(buf, format="JPEG", quality=90)
+            self.blobs.append(buf.getvalue())
+        self.pipe = T.Compose([T.RandomCrop(crop), T.RandomHorizontalFlip()])
+
+    def __len__(self) -> int:
+        return len(self.blobs)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(self.blobs[i])) as img:
+            array = np.array(img.convert("RGB"))  # writable: torch wants to own it
+        tensor = torch.from_numpy(array).permute(2, 0, 1)
+        return self.pipe(tensor, seekdata.sample_rng())
+
+
+class PurePython(torch.utils.data.Dataset):
+    """``__getitem__`` is Python arithmetic: it holds the GIL throughout."""
+
+    def __init__(self, n: int, work: int) -> None:
+        self.n, self.work = n, work
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        x = i
+        for k in range(self.work):
+            x = (x * 31 + k) % 1000003
+        return torch.tensor([i, x])
+
+
+class Strings(torch.utils.data.Dataset):
+    """A dataset holding ``n`` Python strings (what a process worker gets a copy of)."""
+
+    def __init__(self, n: int) -> None:
+        self.names = [f"sample-{i:09d}.jpg" for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> int:
+        return len(self.names[i])
+
+
+def _throughput(make: Callable[[], Any], epochs: int, samples: int) -> Callable[[], float]:
+    def run() -> float:
+        loader = make()
+        with quiet():
+            start = time.perf_counter()
+            seen = 0
+            for _ in range(epochs):
+                for batch in loader:
+                    seen += len(batch)
+            elapsed = time.perf_counter() - start
+        del loader
+        wait_workers()
+        return seen / elapsed if seen else 0.0
+
+    return run
+
+
+def _seekdata(ds: Any, method: str, workers: int, batch: int) -> Callable[[], Any]:
+    return lambda: seekdata.StatefulDataLoader(
+        ds,
+        batch_size=batch,
+        shuffle=True,
+        seed=0,
+        num_workers=workers,
+        persistent_workers=True,
+        worker_method=method,
+    )
+
+
+def _torch(ds: Any, workers: int, batch: int) -> Callable[[], Any]:
+    return lambda: torch.utils.data.DataLoader(
+        ds, batch_size=batch, shuffle=True, num_workers=workers, persistent_workers=True
+    )
+
+
+class _Nodes:
+    """torchdata.nodes: a sampler's indices, ParallelMapper(method="thread") reading samples,
+    batched and collated: re-made every epoch as one would with a sampler."""
+
+    def __init__(self, ds: Any, workers: int, batch: int) -> None:
+        self.ds, self.workers, self.batch = ds, workers, batch
+
+    def __iter__(self) -> Any:
+        from torchdata import nodes
+
+        order = torch.randperm(len(self.ds)).tolist()
+        node: Any = nodes.SamplerWrapper(order)
+        node = nodes.ParallelMapper(
+            node, map_fn=self.ds.__getitem__, num_workers=self.workers, method="thread"
+        )
+        node = nodes.Batcher(node, batch_size=self.batch, drop_last=False)
+        node = nodes.Mapper(node, torch.utils.data.default_collate)
+        return iter(nodes.Loader(node))
+
+
+def _nodes_fetch(ds: Any) -> Any:
+    """torchdata.nodes has no seekdata fetch context: sample_rng() is keyed here per call."""
+
+    class Keyed(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return len(ds)
+
+        def __getitem__(self, i: int) -> Any:
+            with seekdata.rng.sample_scope(0, 0, i, reseed_global_rng=False):
+                return ds[i]
+
+    return Keyed()
+
+
+def throughput_rows(
+    name: str, ds: Any, workers: int, batch: int, epochs: int, rounds: int
+) -> list[dict[str, Any]]:
+    cases = {
+        "seekdata threads": _throughput(_seekdata(ds, "thread", workers, batch), epochs, len(ds)),
+        "seekdata processes": _throughput(
+            _seekdata(ds, "multiprocessing", workers, batch), epochs, len(ds)
+        ),
+        "torch DataLoader": _throughput(_torch(_nodes_fetch(ds), workers, batch), epochs, len(ds)),
+        "torchdata.nodes threads": _throughput(
+            lambda: _Nodes(_nodes_fetch(ds), workers, batch), epochs, len(ds)
+        ),
+    }
+    runs = interleave(cases, rounds)
+    base = median(runs["seekdata processes"])
+    return [
+        {
+            "pipeline": name,
+            "loader": loader,
+            "samples_per_s": round(median(values), 1),
+            "vs_processes": round(median(values) / base, 2),
+            "rounds": [round(v, 1) for v in values],
+        }
+        for loader, values in runs.items()
+    ]
+
+
+def first_batch_rows(n: int, workers: int, rounds: int) -> list[dict[str, Any]]:
+    ds = Strings(n)
+
+    def case(method: str) -> Callable[[], float]:
+        def run() -> float:
+            loader = seekdata.StatefulDataLoader(
+                ds, batch_size=64, seed=0, num_workers=workers, worker_method=method
+            )
+            with quiet():
+                start = time.perf_counter()
+                it = iter(loader)
+                next(it)
+                elapsed = time.perf_counter() - start
+            del it, loader
+            wait_workers()
+            return elapsed
+
+        return run
+
+    runs = interleave({"threads": case("thread"), "processes": case("multiprocessing")}, rounds)
+    base = median(runs["processes"])
+    return [
+        {
+            "loader": f"seekdata {method}",
+            "strings": n,
+            "workers": workers,
+            "first_batch_s": round(median(values), 4),
+            "vs_processes": round(median(values) / base, 3),
+            "rounds": [round(v, 4) for v in values],
+        }
+        for method, values in runs.items()
+    ]
+
+
+def main() -> None:
+    p = parser(__doc__.split("\n")[0], "threads")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--images", type=int, default=512)
+    p.add_argument("--side", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--strings", type=int, default=2_000_000)
+    p.add_argument("--first-workers", type=int, default=4)
+    args = p.parse_args()
+    if args.quick:
+        args.images, args.side, args.epochs, args.strings, args.rounds = 128, 128, 1, 100_000, 1
+    torch.set_num_threads(1)  # as in a worker process: the comparison is of the workers
+    rows = throughput_rows(
+        "JPEG decode + crop/flip",
+        Jpegs(args.images, args.side, args.side * 7 // 8),
+        args.workers,
+        args.batch,
+        args.epochs,
+        args.rounds,
+    )
+    rows += throughput_rows(
+        "pure-Python __getitem__",
+        PurePython(args.images * 4, 3000),
+        args.workers,
+        args.batch,
+        args.epochs,
+        args.rounds,
+    )
+    print(table(rows, ["pipeline", "loader", "samples_per_s", "vs_processes"]))
+    first = first_batch_rows(args.strings, args.first_workers, args.rounds)
+    print(table(first, ["loader", "strings", "workers", "first_batch_s", "vs_processes"]))
+    write_json(
+        args.out,
+        "threads",
+        rows,
+        first_batch=first,
+        args=vars(args) | {"out": str(args.out)},
+        spdl="not measured: `pip install spdl` finds no distribution on this machine's mirror",
+    )
+    plt = pyplot()
+    if plt is not None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        names = ("JPEG decode + crop/flip", "pure-Python __getitem__")
+        for ax, name in zip(axes, names, strict=True):
+            part = [r for r in rows if r["pipeline"] == name]
+            ax.barh([r["loader"] for r in part], [r["samples_per_s"] for r in part])
+            ax.set_title(f"{name}, {args.workers} workers")
+            ax.set_xlabel("samples/s (median)")
+        fig.tight_layout()
+        save(fig, args.out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()
