@@ -206,6 +206,29 @@ def _derived_signature(dataset: Any) -> str | None:
     return f"{kind}({len(parts)} parts, {_digest(described)})"
 
 
+def reads_in_batches(dataset: Any) -> bool:
+    """Whether a loader reads ``dataset`` a batch at a time (one ``__getitems__`` call): torch's
+    rule (the attribute exists and is callable), except for torch's wrappers, which define
+    ``__getitems__`` whatever they wrap: a ``Subset`` reads in batches when its dataset does, a
+    ``StackDataset`` when all of its datasets do. The rule of
+    :func:`seekdata._loader.fetch.batched_read`, here for the wrappers that sit above the
+    loader (the transforms may not import it)."""
+    if not callable(getattr(dataset, "__getitems__", None)):
+        return False
+    data = sys.modules.get("torch.utils.data")
+    if data is None:
+        return True
+    kind = type(dataset)
+    if kind.__getitems__ is data.Subset.__getitems__:
+        return reads_in_batches(dataset.dataset)
+    if kind.__getitems__ is data.StackDataset.__getitems__:
+        parts = dataset.datasets
+        return all(
+            reads_in_batches(d) for d in (parts.values() if isinstance(parts, dict) else parts)
+        )
+    return True
+
+
 def _forwarded(name: str) -> property:
     def get(self: Any) -> Any:
         value = declared(self.dataset, name)

@@ -94,7 +94,7 @@ class TransformedDataset(_source.WrapsSource, Dataset):
         """With ``batched_read=True`` over a source that reads a batch at once: the loader's
         batched read (:meth:`_read_batch`); otherwise absent, and the loader fetches each
         sample with ``__getitem__`` under its key."""
-        if not (self.batched_read and _reads_in_batches(self.dataset)):
+        if not (self.batched_read and _source.reads_in_batches(self.dataset)):
             raise AttributeError(
                 f"{type(self).__name__}: no __getitems__ (batched_read=False, or its dataset "
                 f"{type(self.dataset).__name__} reads one sample at a time)"
@@ -182,14 +182,6 @@ class TransformedDataset(_source.WrapsSource, Dataset):
     def __repr__(self) -> str:
         more = ", batched_read=True" if self.batched_read else ""
         return f"TransformedDataset({self.dataset!r}, {self.transform!r}{more})"
-
-
-def _reads_in_batches(dataset: Any) -> bool:
-    """Whether the loader would read ``dataset`` a batch at a time: its own rule, which sees
-    through torch's wrappers (imported here: the loader's module imports the transforms')."""
-    from seekdata._loader.fetch import batched_read
-
-    return batched_read(dataset)
 
 
 _M64 = (1 << 64) - 1
