@@ -137,6 +137,8 @@ class Stores:
 _PROTOCOLS = {"s3": "s3", "http": "http", "hf": "http", "gs": "gcs", "az": "az"}
 #: keys seekdata itself reads, by kind of store (before the filesystem's own)
 _OWN_KEYS = {"http": ("headers",), "hf": ("headers", "token", "endpoint")}
+#: keys every fsspec filesystem takes through ``**storage_options`` (its listings cache)
+_FSSPEC_KEYS = ("use_listings_cache", "listings_expiry_time", "max_paths")
 
 
 def accepted_keys(kind: str) -> list[str]:
@@ -147,7 +149,7 @@ def accepted_keys(kind: str) -> list[str]:
     import fsspec
 
     cls = fsspec.get_filesystem_class(_PROTOCOLS[kind])
-    names = set(_OWN_KEYS.get(kind, ()))
+    names = set(_OWN_KEYS.get(kind, ())) | set(_FSSPEC_KEYS)
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:

@@ -3,7 +3,7 @@
 Accepted forms (the object's key follows the bucket, container or host):
 
 - ``s3://bucket/key`` (``s3a://`` too): S3 and S3-compatible stores (MinIO, R2, moto) — an
-  endpoint other than AWS's comes from ``storage_options={"endpoint": ...}`` or the
+  endpoint other than AWS's comes from ``storage_options={"endpoint_url": ...}`` or the
   environment (``AWS_ENDPOINT_URL``);
 - ``gs://bucket/key`` (``gcs://`` too): Google Cloud Storage;
 - ``az://container/key`` (``abfs://``, ``abfss://``, ``azure://``, ``adl://``): Azure Blob
