@@ -411,7 +411,10 @@ def index_shards(
 
             results: Iterator[Shard] = iter(map_objects(one, urls, urls))
         else:
-            results = pool.map(one, urls) if pool else map(one, urls)
+            # in chunks: each task unpickles ``one`` and with it a new remote client (about
+            # 0.3 s each), so one task per URL made a client per shard
+            chunk = max(1, len(urls) // (8 * jobs))
+            results = pool.map(one, urls, chunksize=chunk) if pool else map(one, urls)
         shards = list(progress(results, len(urls)) if progress else results)
     finally:
         if pool is not None:
