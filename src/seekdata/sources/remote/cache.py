@@ -190,8 +190,8 @@ class Cache:
         hint = "pass a folder of your own (e.g. tempfile.mkdtemp(dir='/dev/shm'))"
         if st.st_uid != os.geteuid():
             return (
-                f"it belongs to user id {st.st_uid}, not this process's {os.geteuid()}, who "
-                f"could plant blocks that would be served as data; {hint}"
+                f"it belongs to user id {st.st_uid}, not to this process's ({os.geteuid()}), "
+                f"and its owner could plant blocks that would be served as data; {hint}"
             )
         if st.st_mode & stat.S_IWOTH:
             return (
