@@ -218,8 +218,10 @@ def test_global_rng_is_seeded_in_one_place_and_keys_are_hashed_in_one_place() ->
         # bench: a user's reseeding baseline
         if name != "_core/globalrng.py" and "bench/" not in name:
             assert not [s for s in seeding if s in text], name
+        # sources/remote/cache.py: its crc32 is a block's checksum, never a key
+        allowed = ("crc32(",) if name == "sources/remote/cache.py" else ()
         if name not in ("_core/rngkeys.py", "_core/orders.py"):
-            assert not [h for h in hashing if h in text], name
+            assert not [h for h in hashing if h in text and h not in allowed], name
 
 
 def test_seed_globals_seeds_the_named_generators_only() -> None:
