@@ -14,7 +14,8 @@ try:
 except ImportError as exc:
     raise ImportError(
         "seekdata.parquet needs the 'parquet' extra (pyarrow), which is not installed; "
-        "pip install 'seekdata[parquet]'"
+        "pip install -e '.[parquet]' in a clone of seekdata (pip install 'seekdata[parquet]' "
+        "once seekdata is on PyPI)"
     ) from exc
 
 from seekdata.sources.parquet import ParquetRows

@@ -169,7 +169,7 @@ def test_without_matplotlib_the_report_says_no_plot_and_does_not_claim_one(
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # ``import matplotlib`` fails
     _report(tmp_path / "demo")
     printed = capsys.readouterr().out
-    assert "no plot: matplotlib is not installed (pip install 'seekdata[demo]'" in printed
+    assert "no plot: matplotlib is not installed (pip install -e '.[demo]' in a clone" in printed
     assert printed.splitlines()[-1] == f"wrote {tmp_path / 'demo' / 'summary.json'}"
     assert "losses.png" not in printed and not (tmp_path / "demo" / "losses.png").exists()
 

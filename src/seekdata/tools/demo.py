@@ -403,7 +403,10 @@ def _plot(ref: Losses, cut: Losses, kills: list[int], segments: list[Segment], p
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("no plot: matplotlib is not installed (pip install 'seekdata[demo]' for the plot)")
+        print(
+            "no plot: matplotlib is not installed (pip install -e '.[demo]' in a clone of "
+            "seekdata for the plot; pip install 'seekdata[demo]' once seekdata is on PyPI)"
+        )
         return False
     fig, (ax, dax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=(3, 2))
     largest = 0.0

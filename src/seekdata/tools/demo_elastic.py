@@ -399,7 +399,10 @@ def _plot(rows: list[dict[str, Any]], story: dict[str, Any], args: Any, path: Pa
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("no plot: matplotlib is not installed (pip install 'seekdata[demo]' for the plot)")
+        print(
+            "no plot: matplotlib is not installed (pip install -e '.[demo]' in a clone of "
+            "seekdata for the plot; pip install 'seekdata[demo]' once seekdata is on PyPI)"
+        )
         return False
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True, height_ratios=[3, 2])
     ref = steps_of(story["uninterrupted"][0])

@@ -91,7 +91,8 @@ def require(loc: Location) -> None:
         raise ImportError(
             f"{loc.url}: reading {loc.url.split(':', 1)[0]}:// URLs needs the {extra!r} extra "
             f"({', '.join(PACKAGES[loc.kind])}; missing: {', '.join(missing)}); "
-            f"pip install 'seekdata[{extra}]'"
+            f"pip install -e '.[{extra}]' in a clone of seekdata (pip install "
+            f"'seekdata[{extra}]' once seekdata is on PyPI)"
         )
 
 

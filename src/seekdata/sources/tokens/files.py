@@ -58,7 +58,8 @@ def expand_files(files: Any, where: str) -> list[str]:
         except ImportError as e:
             raise ImportError(
                 f"{where}: a brace pattern needs the braceexpand package; got {files!r}; "
-                f"pip install 'seekdata[webdataset]' (or braceexpand), or pass a list of paths"
+                f"pip install -e '.[webdataset]' in a clone of seekdata (or braceexpand), or pass "
+                f"a list of paths"
             ) from e
         names = list(braceexpand.braceexpand(files))
     elif isinstance(files, os.PathLike):

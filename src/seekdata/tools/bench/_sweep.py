@@ -132,7 +132,8 @@ def _run(args: argparse.Namespace) -> int:
 
 _NO_PLOT = (
     "no plot: matplotlib is not installed; the table and the JSON are written without it "
-    "(pip install 'seekdata[bench]' for the plot)"
+    "(pip install -e '.[bench]' in a clone of seekdata for the plot; pip install 'seekdata[bench]' "
+    "once seekdata is on PyPI)"
 )
 
 
