@@ -1,8 +1,10 @@
-"""The package is ready to publish: an sdist and a wheel built from it pass ``twine check``."""
+"""The package is ready to publish: an sdist and a wheel built from it pass ``twine check``,
+and every combination of extras the docs name resolves in a fresh environment."""
 
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import sys
 import tarfile
@@ -12,12 +14,11 @@ import pytest
 
 ROOT = pathlib.Path(__file__).parent.parent
 
-pytest.importorskip("build", reason="the test extra installs build")
-pytest.importorskip("twine", reason="the test extra installs twine")
-
 
 @pytest.mark.slow
 def test_sdist_and_wheel_build_and_pass_twine_check(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("build", reason="the test extra installs build")
+    pytest.importorskip("twine", reason="the test extra installs twine")
     # no isolation: the build backend comes from the test extra, so no index is needed; the
     # wheel is built from the unpacked sdist, so the sdist must hold what the build needs
     built = subprocess.run(
@@ -55,3 +56,140 @@ def test_sdist_and_wheel_build_and_pass_twine_check(tmp_path: pathlib.Path) -> N
     assert "License-Expression: Apache-2.0" in metadata
     assert "Classifier: Programming Language :: Python :: 3" in metadata
     assert "Provides-Extra: webdataset" in metadata
+
+
+# --- issue 35.5: every combination of extras the docs name resolves in a fresh environment ----
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: ``pip install -e '.[a,b]'``, and an extra named alone in backticks: `[b]`
+NAMED = re.compile(r"\.\[([a-z][a-z,-]*)\]|`\[([a-z][a-z,-]*)\]`")
+#: the combinations a new user hit with before the fix (issue 35): ResolutionImpossible
+REPORTED = [("remote", "remote-demo"), ("parquet", "remote", "remote-demo", "webdataset")]
+
+
+def documented_combinations() -> list[tuple[str, ...]]:
+    """Every set of extras README.md and docs/*.md tell a reader to install together: each
+    ``pip install -e '.[...]'`` (and `[extra]`), each page's ``<!-- extras: -->`` line (what
+    its examples need at once), the core alone, and the combinations issue 35 reported."""
+    found: set[tuple[str, ...]] = {(), *REPORTED}
+    for page in PAGES:
+        text = page.read_text()
+        for match in NAMED.finditer(text):
+            found.add(tuple(sorted((match.group(1) or match.group(2)).split(","))))
+        for line in re.findall(r"^<!-- extras: (.*) -->$", text, re.M):
+            names = tuple(sorted(line.replace(",", " ").split()))
+            found.add(() if names == ("none",) else names)
+    return sorted(found)
+
+
+def _project() -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: pytest depends on tomli there
+        import tomli as tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _metadata_wheel(folder: pathlib.Path) -> pathlib.Path:
+    """A wheel holding only seekdata's metadata (its requirements and extras, as pyproject.toml
+    declares them): pip resolves it as it resolves the clone, without building anything."""
+    from packaging.requirements import Requirement
+
+    meta = _project()
+    lines = ["Metadata-Version: 2.1", "Name: seekdata", "Version: 0.0.0"]
+    lines += [f"Requires-Python: {meta['requires-python']}"]
+    lines += [f"Requires-Dist: {r}" for r in meta["dependencies"]]
+    for extra, listed in meta["optional-dependencies"].items():
+        lines.append(f"Provides-Extra: {extra}")
+        for text in listed:
+            req = Requirement(text)
+            marker = f'extra == "{extra}"'
+            if req.marker is not None:
+                marker = f"({req.marker}) and {marker}"
+            req.marker = None
+            lines.append(f"Requires-Dist: {req}; {marker}")
+    wheel = folder / "seekdata-0.0.0-py3-none-any.whl"
+    info = "seekdata-0.0.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as whl:
+        whl.writestr(f"{info}/METADATA", "\n".join(lines) + "\n")
+        wheel_info = (
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        whl.writestr(f"{info}/WHEEL", wheel_info)
+        whl.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+def _fresh_venv_with_torch(folder: pathlib.Path) -> pathlib.Path:
+    """A new virtual environment that has torch as installed (the docs' first step,
+    ``pip install torch==2.13.0``) and nothing else: this torch's metadata, copied."""
+    import importlib.metadata
+    import sysconfig
+    import venv
+
+    venv.create(folder, with_pip=False)
+    purelib = pathlib.Path(sysconfig.get_path("purelib", "venv", {"base": str(folder)}))
+    dist = importlib.metadata.distribution("torch")
+    info = purelib / f"torch-{dist.version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(dist.read_text("METADATA") or "")
+    return folder / "bin" / "python"
+
+
+def _registry_reachable(folder: pathlib.Path) -> str | None:
+    """None when pip reaches a package index that has s3fs (the local indexes some machines
+    add do not); else why not."""
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"),
+            *("--retries", "0", "--timeout", "20", "--dest", str(folder), "s3fs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    lines = [line for line in done.stderr.splitlines() if "ignored" not in line]
+    return None if done.returncode == 0 else (lines or ["pip download s3fs failed"])[-1]
+
+
+@pytest.mark.slow
+def test_every_extra_combination_the_docs_name_resolves(tmp_path: pathlib.Path) -> None:
+    """``pip install -e '.[remote,remote-demo]'`` ended in ResolutionImpossible in a fresh venv
+    (an old s3fs pinned to its fsspec; really the newest boto3 needing a botocore no aiobotocore
+    takes). Each combination is resolved (``--dry-run``: nothing is installed) by this pip in a
+    fresh venv with torch, as a new user's ``pip install`` would; several at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    why = _registry_reachable(tmp_path / "download")
+    if why is not None:
+        pytest.skip(f"resolving extras needs pip's package index, which is unreachable: {why}")
+    wheel = _metadata_wheel(tmp_path)
+    python = _fresh_venv_with_torch(tmp_path / "venv")
+    combos = documented_combinations()
+    extras = set(_project()["optional-dependencies"])
+    unknown = sorted({e for combo in combos for e in combo} - extras)
+    assert not unknown, f"the docs name extras pyproject.toml does not declare: {unknown}"
+
+    def resolve(combo: tuple[str, ...]) -> tuple[tuple[str, ...], int, str]:
+        target = f"seekdata[{','.join(combo)}] @ {wheel.as_uri()}" if combo else str(wheel)
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "--python", str(python), "install"),
+                *("--dry-run", "--quiet", target),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1500,
+        )
+        return combo, done.returncode, done.stderr
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(resolve, combos))
+    failed = [
+        f"[{','.join(c)}]: "
+        + "\n".join(line for line in err.splitlines() if "ignored" not in line)[-1500:]
+        for c, rc, err in results
+        if rc != 0
+    ]
+    assert not failed, "these documented extra combinations do not resolve:\n" + "\n".join(failed)
