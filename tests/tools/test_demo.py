@@ -224,3 +224,37 @@ def test_a_job_that_failed_before_its_results_or_otherwise_is_a_failure(
     (run / "final.pt").write_bytes(b"")
     with pytest.raises(RuntimeError, match="failed \\(exit 1\\)"):
         demo._wait(proc, run, 60, None, demo._complete(run, 2, 4))
+
+
+def test_the_help_says_the_kill_steps_are_drawn_from_the_seed() -> None:
+    """A 'random' kill schedule that repeats across runs says it is seeded (issue 35.5)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "seekdata.demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    text = " ".join(out.stdout.split())
+    assert "drawn at random from --seed: the same steps on every run" in text, out.stdout
+    args = demo.parse(["--steps", "40", "--kills", "3", "--seed", "5"])
+    assert demo.kill_steps(args) == demo.kill_steps(demo.parse(["--kills", "3", "--seed", "5"]))
+
+
+def test_the_plot_has_a_legend_entry_for_the_steps_run_again() -> None:
+    """The darker bands (a resubmitted job re-runs the steps after its last checkpoint) are in
+    the legend, as are the SIGKILLs and the jobs' bands (issue 35.5)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    ref = [{s: 1.0 / s for s in range(1, 13)}]
+    segments = [(1, 7, 2), (7, 10, 1), (10, 12, 2)]  # killed after 7 and 10, resumed at 7, 10
+    assert demo.rerun_steps(segments) == [(7, 7), (10, 10)]
+    assert demo.rerun_steps([(1, 6, 2), (7, 12, 1)]) == []  # resumed right after: none again
+    fig = demo.figure(ref, [dict(ref[0])], [7, 10], segments)
+    try:
+        texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+    assert "steps run again: resumed from the checkpoint before the SIGKILL" in texts
+    assert "SIGKILL" in texts and "one job of the resumed run (its workers above)" in texts
+    assert texts.count("steps run again: resumed from the checkpoint before the SIGKILL") == 1

@@ -2,16 +2,18 @@
 
 ``python -m seekdata.demo`` launches a real DDP job with torchrun (gloo on CPU, NCCL where
 GPUs are present): a small model with Dropout trains on a synthetic dataset with random
-augmentation, ``num_workers > 0``. A second job is killed with SIGKILL at random steps
-mid-epoch (the time limit), resubmitted each time from its last checkpoint, with another
-``num_workers``. The demo then compares per-step losses on every rank and the final
-parameters with the uninterrupted job, prints a table and writes a plot.
+augmentation, ``num_workers > 0``. A second job is killed with SIGKILL mid-epoch (the time
+limit) at steps drawn at random from ``--seed`` (the same steps on every run of the same flags;
+another ``--seed``, or ``--kill-at``, for others), resubmitted each time from its last
+checkpoint, with another ``num_workers``. The demo then compares per-step losses on every rank
+and the final parameters with the uninterrupted job, prints a table and writes a plot.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -281,12 +283,13 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     ref_dir, cut_dir = out / "uninterrupted", out / "interrupted"
     for d in (ref_dir, cut_dir):
         d.mkdir(parents=True)
-    if args.kill_at is None:  # where the time limit strikes: keyed "KILL", reproducible
-        rng = seekdata.numpy_generator(args.seed, 0x4B494C4C)
-        points = rng.choice(np.arange(2, args.steps - 1), size=args.kills, replace=False)
-        kills = sorted(int(k) for k in points)
-    else:
-        kills = sorted(args.kill_at)
+    kills = kill_steps(args)
+    if args.kill_at is None:
+        print(
+            f"SIGKILL after steps {kills}: drawn from --seed {args.seed}, so every run with "
+            f"these flags kills at the same steps (another --seed, or --kill-at, for others)",
+            flush=True,
+        )
     print(
         f"uninterrupted job: {_count(args.ranks, 'rank')} × {_count(args.workers, 'worker')}, "
         f"{args.steps} steps ({EPOCH_STEPS_HINT}: {args.n // (args.batch_size * args.ranks)})",
@@ -315,6 +318,16 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     final_cut = torch.load(cut_dir / "final.pt", weights_only=True)
     params_equal = all(torch.equal(final_ref[k], final_cut[k]) for k in final_ref)
     return report(args, ref, cut, kills, params_equal, segments)
+
+
+def kill_steps(args: argparse.Namespace) -> list[int]:
+    """Where the time limit strikes: ``--kill-at``, or ``--kills`` steps drawn from ``--seed``
+    (keyed "KILL"): the same steps on every run with the same flags."""
+    if args.kill_at is not None:
+        return sorted(args.kill_at)
+    rng = seekdata.numpy_generator(args.seed, 0x4B494C4C)
+    points = rng.choice(np.arange(2, args.steps - 1), size=args.kills, replace=False)
+    return sorted(int(k) for k in points)
 
 
 #: one job of the interrupted run: (first step, last step, num_workers)
@@ -408,6 +421,22 @@ def _plot(ref: Losses, cut: Losses, kills: list[int], segments: list[Segment], p
             "seekdata for the plot; pip install 'seekdata[demo]' once seekdata is on PyPI)"
         )
         return False
+    fig = figure(ref, cut, kills, segments)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def rerun_steps(segments: list[Segment]) -> list[tuple[int, int]]:
+    """The steps run twice: a resubmitted job starts at its last checkpoint, before the step
+    where the job before it was killed; ``(first, last)`` for each such overlap."""
+    return [(nxt[0], prev[1]) for prev, nxt in itertools.pairwise(segments) if nxt[0] <= prev[1]]
+
+
+def figure(ref: Losses, cut: Losses, kills: list[int], segments: list[Segment]) -> Any:
+    """The demo's plot (a matplotlib figure; the caller saves and closes it)."""
+    import matplotlib.pyplot as plt
+
     fig, (ax, dax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=(3, 2))
     largest = 0.0
     for r in range(len(ref)):
@@ -419,27 +448,30 @@ def _plot(ref: Losses, cut: Losses, kills: list[int], segments: list[Segment], p
         diff = [abs(a - b) for a, b in zip(cut_line, ref_line, strict=True)]
         largest = max([largest, *(d for d in diff if d == d)])
         dax.plot(steps, diff, marker="o", ms=3, lw=1, clip_on=False, label=f"rank {r}")
-    for k in kills:
+    for i, k in enumerate(kills):
         for axis in (ax, dax):
-            axis.axvline(k, color="red", lw=0.8, alpha=0.6)
+            axis.axvline(k, color="red", lw=0.8, alpha=0.6, label="SIGKILL" if i == 0 else None)
     for i, (first, last, workers) in enumerate(segments):  # each job of the resumed run
-        ax.axvspan(first - 0.5, last + 0.5, color=f"C{i % 2 + 7}", alpha=0.08, lw=0)
+        label = "one job of the resumed run (its workers above)" if i == 0 else None
+        ax.axvspan(first - 0.5, last + 0.5, color=f"C{i % 2 + 7}", alpha=0.08, lw=0, label=label)
         ax.text((first + last) / 2, 1.0, _count(workers, "worker"), ha="center", va="bottom",
                 fontsize=7, transform=ax.get_xaxis_transform())  # fmt: skip
+    for i, (first, last) in enumerate(rerun_steps(segments)):  # two jobs' bands overlap here
+        label = "steps run again: resumed from the checkpoint before the SIGKILL"
+        ax.axvspan(first - 0.5, last + 0.5, facecolor="none", edgecolor="0.4", hatch="///",
+                   lw=0, label=label if i == 0 else None)  # fmt: skip
     ax.set_ylabel("loss")
     ax.set_title("DDP job killed mid-epoch and resumed vs uninterrupted", pad=14)
     ax.legend(fontsize=7)
     dax.set_yscale("symlog", linthresh=1e-9)  # a zero difference sits on the axis
     dax.set_ylim(bottom=0)
     dax.set_ylabel("|resumed − uninterrupted|")
-    dax.set_xlabel("step (red: SIGKILL; shaded: each job of the resumed run, its workers)")
+    dax.set_xlabel("step (red: SIGKILL; shaded: each job of the resumed run; hatched: run again)")
     verdict = "0 at every step: bit-identical" if largest == 0 else f"max {largest:.3g}: differs"
     dax.text(0.5, 0.85, verdict, ha="center", transform=dax.transAxes, fontsize=9)
     dax.legend(fontsize=7, loc="center right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return fig
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -452,12 +484,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="num_workers of the first job")
     p.add_argument("--resume-workers", type=int, default=1, help="num_workers after a resubmit")
     p.add_argument("--steps", type=int, default=40, help="training steps in all")
-    p.add_argument("--kills", type=int, default=2, help="random SIGKILL points")
+    p.add_argument("--kills", type=int, default=2, help="SIGKILL points, drawn at random from "
+                   "--seed: the same steps on every run (another --seed for others)")  # fmt: skip
     p.add_argument("--kill-at", type=int, nargs="+", help="explicit SIGKILL steps instead")
     p.add_argument("--n", type=int, default=200, help="dataset size")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--ckpt-every", type=int, default=3, help="checkpoint every k steps")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="keys the data, the model's "
+                   "randomness and the --kills steps")  # fmt: skip
     p.add_argument("--timeout", type=float, default=300, help="seconds per job")
     p.add_argument("--out", default="seekdata-demo", help="folder for runs, summary, plot")
     p.add_argument("--elastic", action="store_true", help="torchrun loses a node and gets it "
