@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _harness as H
 from seekdata.remote import Cache
-from seekdata.sources.remote import cache as cache_module
+from seekdata.sources.remote import cache as _cache
 
 
 class Source:
@@ -43,17 +43,17 @@ WHOLE, SMALL = "whole blocks", "4 KiB, one per block"
 
 def length_only(head: bytes, data: bytes, want: int) -> str | None:
     """``cache._damage`` without the CRC-32: the block's length alone."""
-    return None if len(head) == cache_module.HEADER_BYTES and len(data) == want else "short"
+    return None if len(head) == _cache.HEADER_BYTES and len(data) == want else "short"
 
 
 @contextlib.contextmanager
 def checked(on: bool) -> Iterator[None]:
-    full = cache_module._damage
-    cache_module._damage = full if on else length_only  # type: ignore[assignment]
+    full = _cache._damage
+    _cache._damage = full if on else length_only  # type: ignore[assignment]
     try:
         yield
     finally:
-        cache_module._damage = full  # type: ignore[assignment]
+        _cache._damage = full  # type: ignore[assignment]
 
 
 def timed(fn: Callable[[], Any]) -> float:

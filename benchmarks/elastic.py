@@ -22,33 +22,35 @@ import tempfile
 from pathlib import Path
 
 import _harness as H  # benchmarks/ is on sys.path when a script here runs
-from seekdata.tools import demo_elastic as D
+from seekdata.tools import demo_elastic as _demo_elastic
 
 
 def main() -> None:
     parser = H.script_parser(__doc__.splitlines()[0], H.RESULTS / "elastic.json")
     parser.add_argument("--rounds", type=int, default=3, help="stories run (median reported)")
-    parser.add_argument("--rdzv-conf", default=D.RDZV_CONF, help="torchrun's ('': torch's own)")
+    parser.add_argument(
+        "--rdzv-conf", default=_demo_elastic.RDZV_CONF, help="torchrun's ('': torch's own)"
+    )
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
-    story_args = D.parse(["--timeout", "300", "--rdzv-conf", args.rdzv_conf])
+    story_args = _demo_elastic.parse(["--timeout", "300", "--rdzv-conf", args.rdzv_conf])
     runs: list[list[dict]] = []
     for r in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
-            story = D.run_story(Path(tmp), story_args)
-            bad = [row for row in D.compare(story) if not row["ok"]]
+            story = _demo_elastic.run_story(Path(tmp), story_args)
+            bad = [row for row in _demo_elastic.compare(story) if not row["ok"]]
             if bad:
                 raise SystemExit(f"round {r}: steps differ from the uninterrupted run: {bad}")
-            runs.append(D.timeline(story))
+            runs.append(_demo_elastic.timeline(story))
             print(f"round {r}: " + ", ".join(f"{t['change']} {t['total']:.1f} s" for t in runs[-1]))
     rows = []
     for i, change in enumerate(runs[0]):
         row = {"change": change["change"], "world": change["world"]}
-        for key in (*D.PHASES, "total"):
+        for key in (*_demo_elastic.PHASES, "total"):
             row[key] = H.median([run[i][key] for run in runs])
         row["resumed_from"] = change["resumed_from"]
         rows.append(row)
-    print(H.table(rows, ["change", "world", *D.PHASES, "total", "resumed_from"]))
+    print(H.table(rows, ["change", "world", *_demo_elastic.PHASES, "total", "resumed_from"]))
     H.write(args.out, "elastic", rows, rounds=rounds, runs=runs, story=vars(story_args))
     _plot(args.out.with_suffix(".png"), rows, rounds)
 
@@ -62,14 +64,16 @@ def _plot(out: Path, rows: list[dict], rounds: int) -> None:
     fig, ax = plt.subplots(figsize=(9, 2.8))
     labels = [f"{r['change']} -> first step on {r['world']} ranks" for r in rows]
     left = [0.0] * len(rows)
-    for phase in D.PHASES:
+    for phase in _demo_elastic.PHASES:
         widths = [r[phase] for r in rows]
         ax.barh(labels, widths, left=left, label=phase)
         left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.invert_yaxis()
     ax.set_xlabel(f"seconds (median of {rounds})")
     ax.set_title("membership changes under torchrun: where the time goes")
-    ax.legend(fontsize=7, ncol=len(D.PHASES), loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    ax.legend(
+        fontsize=7, ncol=len(_demo_elastic.PHASES), loc="upper center", bbox_to_anchor=(0.5, -0.35)
+    )
     H.save(fig, out)
 
 

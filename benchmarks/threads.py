@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 import seekdata
-import seekdata.transforms as T
 from _harness import interleave, median, parser, pyplot, quiet, save, table, wait_workers
 from _harness import write as write_json
+from seekdata import transforms
 
 
 class Jpegs(torch.utils.data.Dataset):
@@ -54,7 +54,9 @@ class Jpegs(torch.utils.data.Dataset):
             buf = io.BytesIO()
             img.save(buf, format="JPEG", quality=90)
             self.blobs.append(buf.getvalue())
-        self.pipe = T.Compose([T.RandomCrop(crop), T.RandomHorizontalFlip()])
+        self.pipe = transforms.Compose(
+            [transforms.RandomCrop(crop), transforms.RandomHorizontalFlip()]
+        )
 
     def __len__(self) -> int:
         return len(self.blobs)

@@ -56,7 +56,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _harness as H
 from seekdata import rng
 from seekdata._core import globalrng as _globalrng
-from seekdata._core import rngkeys as _keys
+from seekdata._core import rngkeys as _rngkeys
 from seekdata._core import sample as _sample
 
 BATCH = 32
@@ -176,7 +176,7 @@ def breakdown() -> list[dict]:
         "enter_sample + sample_rng() + one draw": (sample_rng_draw, "sample"),
         "np.random.random() (the global draw)": (np.random.random, "sample"),
         "seed_columns(32 indices): the batch's seeds": (
-            lambda: _keys.seed_columns(0, 0, indices),
+            lambda: _rngkeys.seed_columns(0, 0, indices),
             "batch",
         ),
         "save the caller's 3 generators (num_workers=0)": (

@@ -41,8 +41,8 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _harness as H
-from seekdata.sources.tokens import files as _tokenfiles
-from seekdata.sources.tokens import index as _tokenindex
+from seekdata.sources.tokens import files as _files
+from seekdata.sources.tokens import index as _index
 from seekdata.sources.tokens import packing as _packing
 from seekdata.tokens import PackedDocuments, TokenWindows
 
@@ -108,9 +108,9 @@ def setup_rows(path: str, lengths: np.ndarray) -> tuple[list[dict[str, Any]], An
         lambda: PackedDocuments(path, SEQ_LEN, eos_id=None, document_ends=ends)
     )
     rows.append(("document_ends (in memory)", ds, seconds, peak))
-    f = _tokenfiles.describe(path, np.dtype(np.uint16))
-    index = _tokenindex.DocIndex(f.size, f.mtime_ns, "<u2", 0, f.tokens, 0, 0, ends)
-    _tokenindex._write(path + _tokenindex.INDEX_SUFFIX, index, path)
+    f = _files.describe(path, np.dtype(np.uint16))
+    index = _index.DocIndex(f.size, f.mtime_ns, "<u2", 0, f.tokens, 0, 0, ends)
+    _index._write(path + _index.INDEX_SUFFIX, index, path)
     indexed, seconds, peak = measured(lambda: PackedDocuments(path, SEQ_LEN, eos_id=0))
     rows.append(("boundary index on disk", indexed, seconds, peak))
     out = [
@@ -272,13 +272,13 @@ def real_file(tmp: str, quick: bool) -> str:
 
 
 def scan_rows(path: str) -> list[dict[str, Any]]:
-    f = _tokenfiles.describe(path, np.dtype(np.uint16))
+    f = _files.describe(path, np.dtype(np.uint16))
     tokens = f.tokens
     t0 = time.perf_counter()
-    index = _tokenindex.load_or_build(f, np.dtype(np.uint16), 0, index_dir=None)
+    index = _index.load_or_build(f, np.dtype(np.uint16), 0, index_dir=None)
     build = time.perf_counter() - t0
     t0 = time.perf_counter()
-    _tokenindex.load_or_build(f, np.dtype(np.uint16), 0, index_dir=None)
+    _index.load_or_build(f, np.dtype(np.uint16), 0, index_dir=None)
     load = time.perf_counter() - t0
     return [
         {"file (MB)": 2 * tokens / 2**20, "documents": len(index.ends), "scan + write (s)": build,

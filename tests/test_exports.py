@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -406,3 +408,48 @@ def test_importing_the_core_loads_neither_the_loader_nor_a_source() -> None:
     assert [m for m in modules if m.startswith(ABOVE_THE_CORE)] == []
     assert set(modules) <= {"seekdata"} | {m for m in modules if m.startswith("seekdata._core")}
     assert started == "False []"
+
+
+def test_a_seekdata_module_is_imported_only_under_its_own_name() -> None:
+    """``from seekdata._core import streams as rng`` reads as the public seekdata.rng, and
+    ``reshape as _statecheck`` as a module that no longer exists: a module bound to a name is
+    bound to its own name, or to it with one leading underscore. Checked in the package, the
+    tests and the benchmarks (the docs show users' own spellings, such as ``transforms as T``)."""
+    root = SRC.parent
+    wrong = []
+    for folder in ("src", "tests", "benchmarks", "examples"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    bound = [(a.name, a.name.rpartition(".")[2], a.asname) for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    bound = [(f"{node.module}.{a.name}", a.name, a.asname) for a in node.names]
+                else:
+                    continue
+                for full, own, alias in bound:
+                    if full.split(".")[0] != "seekdata" or alias in (None, own, f"_{own}"):
+                        continue
+                    if importlib.util.find_spec(full.rpartition(".")[0] or full) is None:
+                        continue
+                    try:
+                        is_module = importlib.util.find_spec(full) is not None
+                    except ModuleNotFoundError:
+                        is_module = False
+                    if is_module:
+                        wrong.append(f"{path.relative_to(root)}:{node.lineno} {full} as {alias}")
+    assert wrong == []
+
+
+def test_every_module_a_docstring_names_exists() -> None:
+    """A ``:mod:`` reference in the package names a module that exists (relative ones from the
+    file's own package): docstrings that named modules of an older layout misled readers."""
+    missing = []
+    for path in (SRC / "seekdata").rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        package = ".".join(parts[:-1])
+        for line_no, line in enumerate(path.read_text().splitlines(), 1):
+            for ref in re.findall(r":mod:`~?([\w.]+)`", line):
+                name = package + ref if ref.startswith(".") else ref
+                if importlib.util.find_spec(name) is None:
+                    missing.append(f"{path.relative_to(SRC)}:{line_no} {ref}")
+    assert missing == []

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from seekdata._loader import workers as workers_module
+from seekdata._loader import workers as _workers
 from seekdata.checkpoint import CheckpointManager
 from seekdata.preemption import PreemptionHandler, WorkerSignals, worker_signals
 from tests.scripts._ckpt_launch import gloo_job
@@ -255,7 +255,7 @@ def _forked_worker(exiting: Any, inherit: bool = True) -> tuple[int, int]:
     """Fork a child that runs worker_signals(exiting) and reports on a pipe each notice it
     ignored; returns (pid, read end). ``inherit=False``: the child did not inherit this
     process's exit flag (as a spawned worker)."""
-    workers_module.exit_flag()  # what the child inherits unless told not to
+    _workers.exit_flag()  # what the child inherits unless told not to
     read, write = os.pipe()
     with warnings.catch_warnings():  # Python 3.12+ warns about fork with threads
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -264,13 +264,13 @@ def _forked_worker(exiting: Any, inherit: bool = True) -> tuple[int, int]:
         try:
             os.close(read)
             if not inherit:
-                workers_module._flag_pid = None
+                _workers._flag_pid = None
             worker_signals(exiting)
             signal.raise_signal(signal.SIGUSR1)  # ignored
             os.write(write, b"r")
             reported = 0
             while True:
-                if workers_module._worker_sigterms > reported:
+                if _workers._worker_sigterms > reported:
                     reported += 1
                     os.write(write, b"1")
                 time.sleep(0.001)
@@ -302,7 +302,7 @@ def test_sigterm_ends_the_worker_quietly_once_its_owner_exits(flag: str) -> None
     parent's SIGCHLD handler raise). Without a flag a worker cannot tell: SIGTERM ends it."""
     passed = multiprocessing.RawValue("b", 0) if flag == "passed" else None
     pid, read = _forked_worker(passed, inherit=flag == "inherited")
-    exiting = workers_module.exit_flag() if flag == "inherited" else passed
+    exiting = _workers.exit_flag() if flag == "inherited" else passed
     try:
         if exiting is not None:
             exiting.value = 1  # what the owner's atexit hook does (preemption.exit_flag)

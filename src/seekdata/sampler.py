@@ -19,10 +19,10 @@ import numpy as np
 import torch.utils.data
 
 from seekdata._core import dist as _dist
-from seekdata._core import partition as P
-from seekdata._core import reshape as _statecheck
+from seekdata._core import partition as _partition
+from seekdata._core import reshape as _reshape
 from seekdata._core import source as _source
-from seekdata._core import state as S
+from seekdata._core import state as _state
 from seekdata._core.checks import check_bool, check_counter, check_int
 from seekdata._core.cursor import Cursor
 from seekdata._core.growth import GrownOrder, Growth, check_growths, first_items, pad_origin
@@ -151,17 +151,19 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
 
     def local_len(self, start: int) -> int:
         """Samples each rank takes from global position ``start`` to the end of the epoch."""
-        return P.local_len(self.n, self.num_replicas, self.drop_last, start)
+        return _partition.local_len(self.n, self.num_replicas, self.drop_last, start)
 
     def position_after(self, start: int, consumed: int) -> int:
         """The global cursor after each rank consumed ``consumed`` samples from ``start``."""
-        return P.position_after(self.n, self.num_replicas, self.drop_last, start, consumed)
+        return _partition.position_after(self.n, self.num_replicas, self.drop_last, start, consumed)
 
     def local_indices(self, epoch: int, start: int, k0: int, k1: int) -> np.ndarray:
         """This rank's dataset indices for its local steps ``k0 <= k < k1`` from ``start``
         (in the cursor's current partition: padding repeats from its origin)."""
         origin = max(self.cursor.origin, pad_origin(self.order, epoch))
-        pos = P.local_positions(self.n, self.num_replicas, self.rank, start, origin, k0, k1)
+        pos = _partition.local_positions(
+            self.n, self.num_replicas, self.rank, start, origin, k0, k1
+        )
         return self.order.indices(epoch, pos)
 
     def begin(self) -> tuple[int, int]:
@@ -221,12 +223,12 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         where = "DistributedSampler.skip"
         batches = check_int(batches, "batches", where)
         batch_size = check_int(batch_size, "batch_size", where, 1)
-        per_epoch = P.batches(self.local_len(0), batch_size, False)
+        per_epoch = _partition.batches(self.local_len(0), batch_size, False)
         epoch, position = self.cursor.next_start()
         at = (epoch, position, position // (self.num_replicas * batch_size))
         geo = (self.n, self.num_replicas, self.drop_last, batch_size, False)
         try:
-            epoch, position, _ = P.move(geo, per_epoch, at, batches)
+            epoch, position, _ = _partition.move(geo, per_epoch, at, batches)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
         self.check_reachable(epoch, where)
@@ -242,11 +244,11 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     def stream_fields(self) -> dict[str, Any]:
         """The state fields that define the stream (a state must match them to load)."""
         return {
-            S.K_N: self.n,
-            S.K_SEED: self.seed,
-            S.K_ORDER: self.order.spec() if self.shuffle else "sequential",
-            S.K_SHUFFLE: self.shuffle,
-            S.K_DROP_LAST: self.drop_last,
+            _state.K_N: self.n,
+            _state.K_SEED: self.seed,
+            _state.K_ORDER: self.order.spec() if self.shuffle else "sequential",
+            _state.K_SHUFFLE: self.shuffle,
+            _state.K_DROP_LAST: self.drop_last,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -254,34 +256,32 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         One value of the cursor: safe to call from another thread while iterating."""
         now = self.cursor.snapshot
         return {
-            S.K_VERSION: S.VERSION,
-            S.K_KIND: "sampler",
+            _state.K_VERSION: _state.VERSION,
+            _state.K_KIND: "sampler",
             **self.cursor.fields(now),
             **self.stream_fields(),
-            S.K_WORLD_SIZE: self.num_replicas,
-            S.K_ORIGIN: self.cursor.origin_field(now),
+            _state.K_WORLD_SIZE: self.num_replicas,
+            _state.K_ORIGIN: self.cursor.origin_field(now),
             **self.grown_field(),
-            **_statecheck.stream_records(self.dataset, now.epoch, now.position),
+            **_reshape.stream_records(self.dataset, now.epoch, now.position),
         }
 
     def grown_field(self) -> dict[str, Any]:
         """The state's record of the dataset's growths (nothing when it never grew)."""
-        return {S.K_GROWN: [list(g) for g in self.growths]} if self.growths else {}
+        return {_state.K_GROWN: [list(g) for g in self.growths]} if self.growths else {}
 
     def load_state_dict(self, state: Any, strict: bool = True, *, grow: bool = False) -> None:
         """Restore the cursor in O(1). Any world size; the stream fields must match.
         ``grow=True``: the dataset grew (append-only) since the state was saved."""
         where = "DistributedSampler.load_state_dict"
         if check_bool(grow, "grow", where):
-            growths = _statecheck.growth_at(state, self.growths, self.n, where, self.dataset)
-            n_then = int(state[S.K_N])
+            growths = _reshape.growth_at(state, self.growths, self.n, where, self.dataset)
+            n_then = int(state[_state.K_N])
         else:
-            n_then, growths = _statecheck.check_grown(
-                state, self.growths, self.n, where, self.dataset
-            )
-        expected = {S.K_KIND: "sampler", **self.stream_fields(), **self.fields_then(n_then)}
+            n_then, growths = _reshape.check_grown(state, self.growths, self.n, where, self.dataset)
+        expected = {_state.K_KIND: "sampler", **self.stream_fields(), **self.fields_then(n_then)}
         # what identifies the data first (its length, its own stream), then drop_last
-        rest = _statecheck.check_data(state, expected, self.dataset, n_then, where, strict)
+        rest = _reshape.check_data(state, expected, self.dataset, n_then, where, strict)
         self.check_state(state, rest, where, strict)
         if growths != self.growths:
             self.grow(growths)
@@ -289,22 +289,22 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
 
     def check_state(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
         """Validate the whole state (raises; warns for strict=False mismatches); assigns nothing."""
-        S.check_state(state, expected, where=where, strict=strict)
+        _state.check_state(state, expected, where=where, strict=strict)
 
     def restore(self, state: Any, batch: int = 0) -> None:
         """Move to a state :meth:`check_state` accepted. Another world size re-partitions
         the rest of the epoch from the cursor: its padding never repeats a consumed sample."""
-        position = state[S.K_POSITION]
-        position = min(position, self.n) if position < state[S.K_N] else self.n
-        same_world = state.get(S.K_WORLD_SIZE) == self.num_replicas
-        origin = state.get(S.K_ORIGIN, 0) if same_world else position
+        position = state[_state.K_POSITION]
+        position = min(position, self.n) if position < state[_state.K_N] else self.n
+        same_world = state.get(_state.K_WORLD_SIZE) == self.num_replicas
+        origin = state.get(_state.K_ORIGIN, 0) if same_world else position
         self.cursor.restore(
-            state[S.K_EPOCH],
+            state[_state.K_EPOCH],
             position,
-            bool(state[S.K_EXHAUSTED]),
+            bool(state[_state.K_EXHAUSTED]),
             origin,
             batch,  # a loader's batches consumed in the epoch (state["step"])
-            state.get(S.K_SKIPS, ()),  # a loader's skipped global steps
+            state.get(_state.K_SKIPS, ()),  # a loader's skipped global steps
         )
 
     def reseed(self, seed: int) -> None:
@@ -338,7 +338,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
     def fields_then(self, n: int) -> dict[str, Any]:
         """The stream fields a state saved when the dataset had ``n`` items records."""
         spec = self._over(n, self.seed).spec() if self.shuffle else "sequential"
-        return {S.K_N: n, S.K_ORDER: spec}
+        return {_state.K_N: n, _state.K_ORDER: spec}
 
     def grow(self, growths: tuple[Growth, ...]) -> None:
         """Adopt ``growths`` (checked: :func:`seekdata._core.growth.check_growths`)."""

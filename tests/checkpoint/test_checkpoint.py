@@ -15,8 +15,8 @@ import torch
 
 from seekdata._core import dist as _dist
 from seekdata.checkpoint import CheckpointCorruptError, CheckpointManager, load, save, verify
-from seekdata.checkpoint import files as _ckptfile
-from seekdata.checkpoint import manager as checkpoint
+from seekdata.checkpoint import files as _files
+from seekdata.checkpoint import manager as _manager
 from tests.helpers.paths import SCRIPTS
 from tests.scripts._ckpt_launch import gloo_job
 
@@ -251,8 +251,8 @@ def test_manager_rejects_bad_steps(tmp_path: Path) -> None:
 
 
 def test_ddp_helpers_without_a_process_group(tmp_path: Path) -> None:
-    path = checkpoint.save_on_rank0(OBJ, tmp_path / "ckpt.pt")
-    loaded = checkpoint.load_on_every_rank(path)
+    path = _manager.save_on_rank0(OBJ, tmp_path / "ckpt.pt")
+    loaded = _manager.load_on_every_rank(path)
     assert_obj(loaded)
     assert loaded["w"].device == torch.device("cpu")
 
@@ -270,11 +270,11 @@ def test_local_device_prefers_set_device_then_local_rank(monkeypatch: pytest.Mon
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setenv("LOCAL_RANK", "2")
-    assert checkpoint._local_device() == torch.device("cuda:2")
+    assert _manager._local_device() == torch.device("cuda:2")
     monkeypatch.setenv("LOCAL_RANK", "5")  # one visible device per process: not an index here
-    assert checkpoint._local_device() == torch.device("cuda:0")
+    assert _manager._local_device() == torch.device("cuda:0")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
-    assert checkpoint._local_device() == torch.device("cuda:1")
+    assert _manager._local_device() == torch.device("cuda:1")
 
 
 def test_rank0_saves_every_rank_waits_then_loads(tmp_path: Path) -> None:
@@ -302,7 +302,7 @@ def _dead_pid() -> int:
 
 
 def _backdate(path: Path) -> None:
-    old = time.time() - 2 * _ckptfile._STALE_AFTER
+    old = time.time() - 2 * _files._STALE_AFTER
     os.utime(path, (old, old), follow_symlinks=False)
 
 
@@ -324,18 +324,18 @@ def test_a_killed_writers_temp_is_removed_by_the_next_save(tmp_path: Path) -> No
         assert mark.exists(), "the writer never started writing"
         temps = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
         assert len(temps) == 1 and f".{writer.pid}." in temps[0].name
-        checkpoint.save({"v": 2}, path)  # the writer still runs: its temp is left alone
+        _manager.save({"v": 2}, path)  # the writer still runs: its temp is left alone
         assert temps[0].exists()
     finally:
         writer.kill()
         writer.wait()
     _backdate(temps[0])
-    checkpoint.save({"v": 3}, path)
+    _manager.save({"v": 3}, path)
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "mark"] and load(path) == {"v": 3}
 
 
 def test_only_provably_orphaned_temps_of_ours_are_removed(tmp_path: Path) -> None:
-    host, dead = _ckptfile._host(), _dead_pid()
+    host, dead = _files._host(), _dead_pid()
     keep = [
         f".ckpt.pt.{host}.{os.getpid()}.0123abcd.tmp",  # a live writer (this process)
         f".ckpt.pt.{host}.{os.getppid()}.0123abcd.tmp",  # a live writer (another process)
@@ -363,7 +363,7 @@ def test_only_provably_orphaned_temps_of_ours_are_removed(tmp_path: Path) -> Non
 
 def test_manager_removes_orphaned_temps_of_any_of_its_steps(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path, keep_last=2)
-    host, dead = _ckptfile._host(), _dead_pid()
+    host, dead = _files._host(), _dead_pid()
     orphan = tmp_path / f".{manager.path(3).name}.{host}.{dead}.0123abcd.tmp"
     foreign = tmp_path / f".step_3.pt.{host}.{dead}.0123abcd.tmp"  # not a name it writes
     for p in (orphan, foreign):
@@ -430,7 +430,7 @@ def test_a_full_disk_raises_the_oserror(tmp_path: Path, monkeypatch: pytest.Monk
         def __exit__(self, *exc: object) -> None:
             self.f.close()  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(_ckptfile.os, "fdopen", lambda fd, mode: Full(real_fdopen(fd, mode)))
+    monkeypatch.setattr(_files.os, "fdopen", lambda fd, mode: Full(real_fdopen(fd, mode)))
     for write in (
         lambda: save({"w": torch.zeros(10_000)}, path),
         lambda: CheckpointManager(tmp_path).save(1, {"w": torch.zeros(10_000)}),

@@ -14,7 +14,7 @@ import torch
 
 import seekdata
 from seekdata import rng
-from seekdata._core import rngkeys as _keys
+from seekdata._core import rngkeys as _rngkeys
 from tests.helpers.paths import GOLDEN, ROOT
 
 GOLDEN = json.loads((GOLDEN / "rng.json").read_text())
@@ -152,24 +152,24 @@ def test_the_randomness_table_in_the_docs_and_the_docstring_is_rng_streams() -> 
 def test_each_stream_is_derived_as_the_table_says() -> None:
     seed, epoch, index, step, digest_of = 7, 3, 41, 5, [41, 2, 9]
     # epoch order: Feistel rounds keyed by (seed, ORDER, epoch), applied to p
-    keys = np.array(_keys.key_words(seed, (rng.ORDER, epoch), 8), dtype=np.uint64)
+    keys = np.array(_rngkeys.key_words(seed, (rng.ORDER, epoch), 8), dtype=np.uint64)
     p = np.arange(100, dtype=np.uint64)
     want = seekdata.order.feistel_permute(p, 100, keys).astype(np.int64)
     assert np.array_equal(seekdata.order.Feistel(100, seed).indices(epoch, p), want)
     assert [seekdata.order.feistel_index(100, seed, epoch, int(x)) for x in p] == want.tolist()
     # a sample's own stream: Philox, key (seed, SAMPLE, epoch), counter (0, 0, index, 0)
-    key = np.array(_keys.key_words(seed, (rng.SAMPLE, epoch), 2), dtype=np.uint64)
+    key = np.array(_rngkeys.key_words(seed, (rng.SAMPLE, epoch), 2), dtype=np.uint64)
     bitgen = np.random.Philox(key=key, counter=np.array([0, 0, index, 0], dtype=np.uint64))
     assert np.array_equal(
         seekdata.sample_generator(seed, epoch, index).random(4),
         np.random.Generator(bitgen).random(4),
     )
     # global RNG while a sample is fetched: key (seed, SAMPLE, epoch), mix_keyed of the index
-    k = _keys.key_words(seed, (rng.SAMPLE, epoch), 4)
+    k = _rngkeys.key_words(seed, (rng.SAMPLE, epoch), 4)
     h = int(rng.mix_keyed(k[:2], np.array([index], dtype=np.uint64))[0])
     row = [h & 0xFFFFFFFF, h >> 32, h ^ k[2]]
     assert rng.global_seeds(seed, epoch, np.array([index])).tolist()[0] == row
-    assert _keys.sample_seeds(seed, epoch, index) == row
+    assert _rngkeys.sample_seeds(seed, epoch, index) == row
     # a batch transform: (seed, BATCH, epoch, step, crc32 of the indices)
     digest = zlib.crc32(np.asarray(digest_of, dtype=np.int64).tobytes())
     assert np.array_equal(
@@ -177,11 +177,11 @@ def test_each_stream_is_derived_as_the_table_says() -> None:
         seekdata.numpy_generator(seed, rng.BATCH, epoch, step, digest).random(4),
     )
     # global RNG while a batch is collated: key (seed, BATCH, epoch), mix_keyed of (step, digest)
-    k = _keys.key_words(seed, (rng.BATCH, epoch), 4)
+    k = _rngkeys.key_words(seed, (rng.BATCH, epoch), 4)
     h = int(rng.mix_keyed(k[:2], np.array([step << 32 | digest], dtype=np.uint64))[0])
     assert rng.batch_seeds(seed, epoch, step, digest) == [h & 0xFFFFFFFF, h >> 32, h ^ k[2]]
     # global RNG while a batch is read: key (seed, READ, epoch), mix_keyed of (step, digest)
-    k = _keys.key_words(seed, (rng.READ, epoch), 4)
+    k = _rngkeys.key_words(seed, (rng.READ, epoch), 4)
     h = int(rng.mix_keyed(k[:2], np.array([step << 32 | digest], dtype=np.uint64))[0])
     assert rng.read_seeds(seed, epoch, step, digest) == [h & 0xFFFFFFFF, h >> 32, h ^ k[2]]
     # a batched read's stream: Philox, key (seed, READ, epoch), counter (0, step, digest, 0)
@@ -192,7 +192,7 @@ def test_each_stream_is_derived_as_the_table_says() -> None:
         np.random.Generator(bitgen).random(4),
     )
     # model-side global RNG: (seed, step, rank), key words 2 to 5 (torch, cuda, numpy, random)
-    words = _keys.key_words(seed, (step, 1), 6)
+    words = _rngkeys.key_words(seed, (step, 1), 6)
     seekdata.set_step_rng(seed, step, rank=1)
     assert torch.initial_seed() == words[2]
     drawn = np.random.rand(), random.random()

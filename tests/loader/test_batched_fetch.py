@@ -16,7 +16,7 @@ import torch
 
 import seekdata
 from seekdata import rng
-from seekdata._core import rngkeys as _keys
+from seekdata._core import rngkeys as _rngkeys
 
 N, BATCH = 40, 4  # 10 steps an epoch
 
@@ -129,7 +129,7 @@ def test_a_read_draws_from_the_batch_counters_as_the_table_says() -> None:
         want = rng.read_generator(seed, 0, step, indices).random(BATCH)
         assert np.array_equal(g.numpy(), want)
         # global RNG: seeded from seekdata.rng.read_seeds of (step, crc32 of the indices)
-        digest = _keys.batch_counters(0, step, tuple(indices))[3]
+        digest = _rngkeys.batch_counters(0, step, tuple(indices))[3]
         row = rng.read_seeds(seed, 0, step, digest)
         torch.manual_seed(row[0])
         np.random.seed(row[1])

@@ -11,7 +11,7 @@ import torch
 import seekdata
 from seekdata import rng
 from seekdata._core import globalrng as _globalrng
-from seekdata._core import rngkeys as _keys
+from seekdata._core import rngkeys as _rngkeys
 from tests.helpers.datasets import GlobalRNGAug
 
 
@@ -150,7 +150,7 @@ def test_a_random_collate_still_draws_from_the_batch_key() -> None:
 
     loader = seekdata.StatefulDataLoader(GlobalRNGAug(8), batch_size=4, seed=5, collate_fn=collate)
     for step, (indices, drawn) in enumerate(loader):
-        digest = _keys.batch_counters(0, step, tuple(indices.tolist()))[3]
+        digest = _rngkeys.batch_counters(0, step, tuple(indices.tolist()))[3]
         np.random.seed(rng.batch_seeds(5, 0, step, digest)[1])
         assert drawn == np.random.rand()
 
@@ -160,7 +160,7 @@ def test_the_loaders_seed_columns_are_global_seeds_bit_for_bit() -> None:
     for seed, epoch in [(0, 0), (5, 3), (2**40, 2**20)]:
         rows = rng.global_seeds(seed, epoch, np.array(indices, dtype=np.uint64)).tolist()
         assert [
-            list(r) for r in zip(*_keys.seed_columns(seed, epoch, indices), strict=True)
+            list(r) for r in zip(*_rngkeys.seed_columns(seed, epoch, indices), strict=True)
         ] == rows
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import seekdata
-import seekdata.transforms as T
+from seekdata import transforms
 from tests.helpers import remote_corpus as corpus
 
 SEED = 3
@@ -54,8 +54,12 @@ class Image(torch.utils.data.Dataset):
 
     def __init__(self, n: int = 30) -> None:
         self.n = n
-        self.pipe = T.Compose(
-            [T.RandomResizedCrop(8), T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3)]
+        self.pipe = transforms.Compose(
+            [
+                transforms.RandomResizedCrop(8),
+                transforms.RandomHorizontalFlip(),
+                transforms.ColorJitter(0.3, 0.3),
+            ]
         )
 
     def __len__(self) -> int:
@@ -99,7 +103,7 @@ def test_map_style_batches_are_the_same_under_threads_processes_and_no_workers()
 
 
 def test_a_transform_pipeline_with_a_batch_transform_is_the_same_under_threads() -> None:
-    mix = T.MixUp(0.4, num_classes=3)
+    mix = transforms.MixUp(0.4, num_classes=3)
     _same_everywhere(lambda m, w: _loader(Image(), m, w, batch_transform=mix))
 
 

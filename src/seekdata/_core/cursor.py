@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from seekdata._core import state as S
+from seekdata._core import state as _state
 from seekdata._core.checks import check_counter
 
 __all__ = ["Cursor", "Snapshot"]
@@ -88,7 +88,7 @@ class Cursor:
         ``stacklevel``: frames from this call up to the user's line (2: a public method the user
         called directly), so the rewind warning points at the user's code."""
         epoch = check_counter(epoch, "epoch", where)
-        S.warn_rewind(where, epoch, self._restored, stacklevel=stacklevel + 2)
+        _state.warn_rewind(where, epoch, self._restored, stacklevel=stacklevel + 2)
         self._restored = None
         changed = epoch != self.snapshot.epoch
         if changed:
@@ -122,9 +122,9 @@ class Cursor:
         value of the cursor (``now``: its current :attr:`snapshot`)."""
         now = self.snapshot if now is None else now
         return {
-            S.K_EPOCH: now.epoch,
-            S.K_POSITION: now.position,
-            S.K_EXHAUSTED: now.exhausted and now.position >= self.end,
+            _state.K_EPOCH: now.epoch,
+            _state.K_POSITION: now.position,
+            _state.K_EXHAUSTED: now.exhausted and now.position >= self.end,
         }
 
     def add_skip(self, start: int, stop: int) -> None:

@@ -114,7 +114,7 @@ def _walk(x: int, n: int, keys: Sequence[int]) -> int:
     m1, m2, m64 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, (1 << 64) - 1
     while True:  # cycle walking: the domain is < 2n
         left, right = x >> b, x & mask_b
-        for key, even in rounds:  # _keys.mix64_int inlined: this loop is the per-sample cost
+        for key, even in rounds:  # rngkeys.mix64_int inlined: this loop is the per-sample cost
             v = (right if even else left) ^ key
             v ^= v >> 30
             v = (v * m1) & m64

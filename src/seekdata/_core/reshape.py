@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from seekdata._core import partition as P
+from seekdata._core import partition as _partition
 from seekdata._core import source as _source
 from seekdata._core.checks import is_state_int
 from seekdata._core.growth import Growth, check_growths, refuse_unstable, signature_then
@@ -139,14 +139,14 @@ def check_geometry(
     mid = 0 < position < n and 0 <= origin <= position
 
     def cut(world: int, batch: int) -> tuple[tuple[int, int, int], ...]:
-        whole = P.coverage(n, world, batch, *drop, 0)
+        whole = _partition.coverage(n, world, batch, *drop, 0)
         if not mid:
             return (whole,)
         if (world, batch) == old:  # the checkpoint's partition goes on from its origin
-            steps, end, pad = P.coverage(n, world, batch, *drop, origin)
+            steps, end, pad = _partition.coverage(n, world, batch, *drop, origin)
             rest = (steps - (position - origin) // (world * batch), end, pad)
         else:  # another world size re-partitions from the cursor
-            rest = P.coverage(n, world, batch, *drop, position)
+            rest = _partition.coverage(n, world, batch, *drop, position)
         return whole, rest
 
     want = cut(*old)

@@ -29,10 +29,10 @@ from torch._utils import ExceptionWrapper
 from seekdata._core import globalrng as _globalrng
 from seekdata._core import sample as _sample
 from seekdata._core import source as _source
-from seekdata._core import streams as rng
+from seekdata._core import streams as _streams
 from seekdata._core.rngkeys import batch_counters, seed_columns
 from seekdata._core.sample import AT, FRESH, IN_BATCH, IN_READ, INDEX, INDICES, ITER
-from seekdata._loader import workers as preemption
+from seekdata._loader import workers as _workers
 from seekdata._loader.plan import PlannedBatch
 
 
@@ -181,7 +181,7 @@ class KeyedDataset(torch.utils.data.Dataset):
         if reseed:
             saved = self._callers(reseed)  # restored by Collate
             _, epoch, step, digest = batch_counters(planned.epoch, planned.batch, planned.indices)
-            rng.seed_globals(rng.read_seeds(self.seed, epoch, step, digest), reseed)
+            _streams.seed_globals(_streams.read_seeds(self.seed, epoch, step, digest), reseed)
         f = _sample.current
         f.seed, f.epoch = self.seed, planned.epoch
         now = f.now
@@ -318,7 +318,7 @@ def _stopped(dataset: Any, index: Any, batch: PlannedBatch | None = None) -> Run
 def _seed_globals_for_batch(seed: int, planned: PlannedBatch, reseed: tuple[str, ...]) -> None:
     """Global RNG during collation (e.g. a collator's random masking): keyed by the batch."""
     _, epoch, step, digest = batch_counters(planned.epoch, planned.batch, planned.indices)
-    rng.seed_globals(rng.batch_seeds(seed, epoch, step, digest), reseed)
+    _streams.seed_globals(_streams.batch_seeds(seed, epoch, step, digest), reseed)
 
 
 #: Collate functions that draw no randomness: reseeding global RNG before them is unobservable
@@ -365,7 +365,7 @@ class Collate:
                 # rng.batch_generator's stream; the loader's own indices need no checking
                 planned = data.planned
                 counters = batch_counters(planned.epoch, planned.batch, planned.indices)
-                batch = self.batch_transform(batch, rng.numpy_generator(self.seed, *counters))
+                batch = self.batch_transform(batch, _streams.numpy_generator(self.seed, *counters))
             return batch
         except Exception:
             return FailedBatch.caught()
@@ -385,7 +385,7 @@ class WorkerInit:
         self.exiting: Any = None  # preemption.exit_flag() of the process that starts workers
 
     def __call__(self, worker_id: int) -> None:
-        preemption.worker_signals(self.exiting)
+        _workers.worker_signals(self.exiting)
         info = torch.utils.data.get_worker_info()
         if info is not None and isinstance(info.dataset, KeyedDataset):
             # get_worker_info().dataset is the user's dataset (this worker's copy), as in torch;

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from seekdata._core import partition as P
+from seekdata._core import partition as _partition
 from seekdata._core.cursor import Snapshot
 from seekdata._core.growth import GrownOrder, pad_origin
 
@@ -66,10 +66,10 @@ class Geometry(NamedTuple):
         )
 
     def local_len(self, start: int) -> int:
-        return P.local_len(self.n, self.world, self.drop_last, start)
+        return _partition.local_len(self.n, self.world, self.drop_last, start)
 
     def position_after(self, start: int, consumed: int) -> int:
-        return P.position_after(self.n, self.world, self.drop_last, start, consumed)
+        return _partition.position_after(self.n, self.world, self.drop_last, start, consumed)
 
 
 class Plan(NamedTuple):
@@ -112,11 +112,13 @@ def plan_seekable(
     origin = 0 if rolled else now.origin
     if isinstance(geo.order, GrownOrder):  # re-partitioned where the dataset grew
         origin = max(origin, pad_origin(geo.order, epoch))
-    span = P.batches(local, batch_size, drop_last)
+    span = _partition.batches(local, batch_size, drop_last)
     holes: list[tuple[int, int]] = []
     if now.skips:  # skipped global steps in this epoch: in-epoch ranges
-        per_epoch = P.batches(geo.local_len(0), batch_size, drop_last)
-        holes = P.epoch_holes([list(s) for s in now.skips], epoch, per_epoch, batch0, batch0 + span)
+        per_epoch = _partition.batches(geo.local_len(0), batch_size, drop_last)
+        holes = _partition.epoch_holes(
+            [list(s) for s in now.skips], epoch, per_epoch, batch0, batch0 + span
+        )
         if holes and holes[0][0] == batch0:  # the cursor is in one: jump it now
             jump = holes.pop(0)[1] - batch0
             start = geo.position_after(start, jump * batch_size)
@@ -143,13 +145,15 @@ def _run(plan: Plan, batch0: int, limit: int) -> Iterator[PlannedBatch]:
     if batch0 != plan.batch0:  # after a hole
         start = geo.position_after(start, (batch0 - plan.batch0) * b)
         local = geo.local_len(start)
-    total = min(P.batches(local, b, plan.drop_last) * b, local, limit * b)  # the last may be short
+    total = min(
+        _partition.batches(local, b, plan.drop_last) * b, local, limit * b
+    )  # the last may be short
     # the first chunk is one batch (a fast first batch, at resume too), then chunks of ~64K
     # positions: an order's call has a fixed cost (the Feistel's cycle-walking passes, ~0.2 ms
     # each), so few large calls keep the order's share of a batch small
     k0, chunk = 0, b
     while k0 < total:
-        positions = P.local_positions(
+        positions = _partition.local_positions(
             geo.n, geo.world, geo.rank, start, plan.origin, k0, min(k0 + chunk, total)
         )
         idx = tuple(np.asarray(geo.order.indices(plan.epoch, positions)).tolist())
@@ -165,7 +169,9 @@ def seekable_after(plan: Plan, k: int) -> tuple[int, int]:
     """The cursor's (position, batch in the epoch) after ``k`` batches of a seekable ``plan``."""
     geo = plan.geo
     assert geo is not None  # a seekable plan
-    batch = P.kept_step(plan.batch0, k, list(plan.holes)) if plan.holes else plan.batch0 + k
+    batch = (
+        _partition.kept_step(plan.batch0, k, list(plan.holes)) if plan.holes else plan.batch0 + k
+    )
     if k >= plan.num_batches:
         return geo.n, batch
     consumed = (batch - plan.batch0) * plan.batch_size

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from seekdata._core import dist as _dist
-from seekdata._core import state as S
-from seekdata._core import streams as rng
+from seekdata._core import state as _state
+from seekdata._core import streams as _streams
 from seekdata._core.checks import is_state_int
 from seekdata._core.steprng import base_torch_seed
 
@@ -33,7 +33,7 @@ def default_seed(generator: Any, where: str) -> int:
             f"{type(generator).__name__}; pass torch.Generator().manual_seed(s), or seed=s"
         )
     base = generator.initial_seed() if generator is not None else base_torch_seed()
-    seed = rng.derive_key(base, _SEED_TAG, words=1)[0] >> 1  # 63 bits: an int64 anywhere
+    seed = _streams.derive_key(base, _SEED_TAG, words=1)[0] >> 1  # 63 bits: an int64 anywhere
     return _dist.agree_with_rank0(seed)
 
 
@@ -43,10 +43,10 @@ def seed_to_adopt(state: Any, current: int, *, explicit: bool, owns_sampler: boo
     ``current``, and validation names it."""
     if explicit or not isinstance(state, Mapping):
         return current
-    sampler_state = state.get(S.K_KIND) == "sampler"
+    sampler_state = state.get(_state.K_KIND) == "sampler"
     if sampler_state and not owns_sampler:
         return current  # a sampler state keys the user's sampler's order, not our samples
-    value = state.get(S.K_SEED if sampler_state else S.K_SAMPLE_SEED)
+    value = state.get(_state.K_SEED if sampler_state else _state.K_SAMPLE_SEED)
     if not is_state_int(value) or value < 0:
         return current
     return value

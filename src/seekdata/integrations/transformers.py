@@ -36,7 +36,7 @@ import torch.utils.data
 import transformers
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from seekdata._core import state as S
+from seekdata._core import state as _state
 from seekdata._core.state import StateMismatchError
 from seekdata._core.steprng import set_step_rng
 from seekdata.loader import StatefulDataLoader
@@ -192,7 +192,7 @@ class _Batches(torch.utils.data.Dataset):
     def __getitems__(self, placeholder: list[int]) -> list[Any]:
         if self.it is None:
             self.it = iter(self.loader)
-            at = self.loader.state_dict().get(S.K_STEP)
+            at = self.loader.state_dict().get(_state.K_STEP)
             _check_resume_batch(placeholder[0], at, "seekdata Trainer")
         return [next(self.it)]
 

@@ -124,15 +124,15 @@ def _run_index(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     options = _storage_options(args.storage_options, args.storage_option)
     if args.eos_id is not None:  # token files: the core install suffices (no webdataset)
-        from seekdata.sources.tokens import files as _tokenfiles
+        from seekdata.sources.tokens import files as _files
 
         where = "seekdata index"
-        names = [n for pattern in args.urls for n in _tokenfiles.expand_files(pattern, where)]
+        names = [n for pattern in args.urls for n in _files.expand_files(pattern, where)]
         return _run_index_tokens(args, names, _stores(names, options))
     from seekdata.sources.wds import tarindex as _tarindex
-    from seekdata.sources.wds import urls as _shardurls
+    from seekdata.sources.wds import urls as _urls
 
-    urls = [url for pattern in args.urls for url in _shardurls.expand_urls(pattern)]
+    urls = [url for pattern in args.urls for url in _urls.expand_urls(pattern)]
     tokens = [url for url in urls if url.endswith(_TOKEN_SUFFIXES)]
     if tokens or args.vocab_size is not None:
         raise ValueError(
@@ -229,16 +229,16 @@ def _stores(urls: list[str], options: dict[str, Any]) -> Any:
 def _shard_index(url: str, index_dir: str | None) -> str | None:
     """Where the index of the shard ``url`` is, found without reading it or running a pipe."""
     from seekdata.sources.wds import tarindex as _tarindex
-    from seekdata.sources.wds import urls as _shardurls
+    from seekdata.sources.wds import urls as _urls
 
-    scheme = _shardurls.url_scheme(url)
+    scheme = _urls.url_scheme(url)
     if scheme == "pipe":
         if index_dir is None:
             return None  # refused by the indexing itself
-        return _tarindex.index_path(_shardurls.pipe_copy(url, index_dir), index_dir)
+        return _tarindex.index_path(_urls.pipe_copy(url, index_dir), index_dir)
     if scheme not in (None, "file"):
         return None
-    path = _shardurls.local_path(url, index_dir=index_dir, allow_pipe=False)
+    path = _urls.local_path(url, index_dir=index_dir, allow_pipe=False)
     return _tarindex.index_path(path, index_dir)
 
 
@@ -275,8 +275,8 @@ def _run_index_tokens(args: argparse.Namespace, names: list[str], stores: Any) -
     import numpy as np
 
     from seekdata.sources import remote as _remote
-    from seekdata.sources.tokens import files as _tokenfiles
-    from seekdata.sources.tokens import index as _tokenindex
+    from seekdata.sources.tokens import files as _files
+    from seekdata.sources.tokens import index as _index
 
     if args.allow_pipe:
         raise ValueError("--allow-pipe is for tar shards; token files are read in place")
@@ -286,7 +286,7 @@ def _run_index_tokens(args: argparse.Namespace, names: list[str], stores: Any) -
         raise ValueError(
             f"--dtype must name a numpy integer dtype such as uint16; got {args.dtype!r}"
         ) from exc
-    dtype = _tokenfiles.check_dtype(named, "--dtype")
+    dtype = _files.check_dtype(named, "--dtype")
     if args.vocab_size is not None and args.vocab_size < 1:
         raise ValueError(f"--vocab-size must be at least 1, got {args.vocab_size}")
     info = np.iinfo(dtype)
@@ -295,11 +295,11 @@ def _run_index_tokens(args: argparse.Namespace, names: list[str], stores: Any) -
     paths: list[str | None] = [
         None
         if stores is not None and _remote.is_remote(name)
-        else _tokenindex.index_path(name, args.index_dir)
+        else _index.index_path(name, args.index_dir)
         for name in names
     ]  # a remote file's index is not stamped (see _what_was_done)
     before = [_stamp(path) for path in paths]
-    indexed = _tokenindex.index_files(
+    indexed = _index.index_files(
         names,
         dtype=dtype,
         eos_id=args.eos_id,

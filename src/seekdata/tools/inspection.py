@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from seekdata._core import state as S
+from seekdata._core import state as _state
 from seekdata._core.reshape import describe_change
 from seekdata.tools import _command
 from seekdata.tools._readckpt import read_checkpoint, some, too_deep
@@ -32,8 +32,8 @@ from seekdata.tools._readckpt import read_checkpoint, some, too_deep
 __all__ = ["add_parser", "find_states", "fingerprint", "main", "read_checkpoint", "run"]
 
 #: Stream-defining fields of every state, then the extra ones of a loader state.
-STREAM_FIELDS = (S.K_N, S.K_SEED, S.K_ORDER, S.K_SHUFFLE, S.K_DROP_LAST)
-LOADER_STREAM_FIELDS = (S.K_BATCH_SIZE, S.K_BATCH_DROP_LAST, S.K_SAMPLE_SEED)
+STREAM_FIELDS = (_state.K_N, _state.K_SEED, _state.K_ORDER, _state.K_SHUFFLE, _state.K_DROP_LAST)
+LOADER_STREAM_FIELDS = (_state.K_BATCH_SIZE, _state.K_BATCH_DROP_LAST, _state.K_SAMPLE_SEED)
 
 ROOT = "<root>"
 _FOOTER_MARK = b"seekdata-checkpoint/"  # seekdata.checkpoint.save's footer starts so
@@ -55,19 +55,21 @@ def fingerprint(state: Mapping[str, Any]) -> str:
             f"fingerprint: state must be a dict from state_dict(); got {type(state).__name__}; "
             f"pass the seekdata state itself"
         )
-    fields = STREAM_FIELDS + (LOADER_STREAM_FIELDS if state.get(S.K_KIND) == "loader" else ())
+    fields = STREAM_FIELDS + (LOADER_STREAM_FIELDS if state.get(_state.K_KIND) == "loader" else ())
     chosen = {key: state.get(key) for key in fields}
-    if S.K_DATASET in state:  # the dataset's signature: only where present (older digests hold)
-        chosen[S.K_DATASET] = state[S.K_DATASET]
+    if (
+        _state.K_DATASET in state
+    ):  # the dataset's signature: only where present (older digests hold)
+        chosen[_state.K_DATASET] = state[_state.K_DATASET]
     canonical = json.dumps(chosen, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
 def is_state(obj: Any) -> bool:
     """Whether ``obj`` looks like a seekdata state (an int version marker and a kind)."""
-    if not isinstance(obj, Mapping) or S.K_VERSION not in obj or S.K_KIND not in obj:
+    if not isinstance(obj, Mapping) or _state.K_VERSION not in obj or _state.K_KIND not in obj:
         return False
-    version = obj[S.K_VERSION]
+    version = obj[_state.K_VERSION]
     return isinstance(version, int) and not isinstance(version, bool)
 
 
@@ -154,9 +156,9 @@ def resolve(obj: Any, path: str) -> tuple[Any, tuple[Key, ...]]:
 
 def describe(keys: Sequence[Key], state: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON-native summary ``--json`` prints for one state."""
-    kind = state.get(S.K_KIND)
-    position, n = state.get(S.K_POSITION), state.get(S.K_N)
-    replay = str(state.get(S.K_ORDER, "")).startswith("replay:")
+    kind = state.get(_state.K_KIND)
+    position, n = state.get(_state.K_POSITION), state.get(_state.K_N)
+    replay = str(state.get(_state.K_ORDER, "")).startswith("replay:")
     finished, percent = False, None
     if isinstance(position, int) and isinstance(n, int) and n > 0:
         finished = position >= n
@@ -164,7 +166,7 @@ def describe(keys: Sequence[Key], state: Mapping[str, Any]) -> dict[str, Any]:
             percent = round(100 * position / n, 2)
     fields = STREAM_FIELDS + (LOADER_STREAM_FIELDS if kind == "loader" else ())
     try:
-        S.check_state(state, {}, where=path_text(keys))
+        _state.check_state(state, {}, where=path_text(keys))
         problem = None
     except (TypeError, ValueError) as exc:
         problem = str(exc)
@@ -172,23 +174,27 @@ def describe(keys: Sequence[Key], state: Mapping[str, Any]) -> dict[str, Any]:
         "path": path_text(keys),
         "keys": list(keys),
         "kind": kind,
-        "version": state.get(S.K_VERSION),
-        "epoch": state.get(S.K_EPOCH),
+        "version": state.get(_state.K_VERSION),
+        "epoch": state.get(_state.K_EPOCH),
         "position": position,
         "n": n,
         "position_counts": "batches" if replay and not finished else "samples",
         "percent": percent,
         "epoch_finished": finished,
-        "exhausted": state.get(S.K_EXHAUSTED),
-        "step": state.get(S.K_STEP),
-        "batch_size": state.get(S.K_BATCH_SIZE),
-        "world_size": state.get(S.K_WORLD_SIZE),
+        "exhausted": state.get(_state.K_EXHAUSTED),
+        "step": state.get(_state.K_STEP),
+        "batch_size": state.get(_state.K_BATCH_SIZE),
+        "world_size": state.get(_state.K_WORLD_SIZE),
         "fingerprint": fingerprint(state),
         "stream": {key: state.get(key) for key in fields},
-        "grown": state.get(S.K_GROWN, []),
+        "grown": state.get(_state.K_GROWN, []),
         "problem": problem,
         # a Mixture's signature and, once it changed, its record of the changes: verbatim
-        **{key: state[key] for key in (S.K_DATASET, S.K_PREFIX, S.K_HISTORY) if key in state},
+        **{
+            key: state[key]
+            for key in (_state.K_DATASET, _state.K_PREFIX, _state.K_HISTORY)
+            if key in state
+        },
     }
 
 
@@ -218,10 +224,10 @@ def format_state(d: dict[str, Any]) -> str:
         if isinstance(g, list) and len(g) == 3:  # declare it for an earlier checkpoint
             rows.append(("grew", f"from {g[2]} items at epoch {g[0]}, position {g[1]}  "
                          f"(seekdata.Growth({g[0]}, {g[1]}, {g[2]}))"))  # fmt: skip
-    if S.K_DATASET in d:  # a Mixture's signature, or another dataset's (a token corpus)
-        mixture = str(d[S.K_DATASET]).startswith("Mixture(")
-        rows.append(("mixture" if mixture else "dataset", d[S.K_DATASET]))
-    history = d.get(S.K_HISTORY)
+    if _state.K_DATASET in d:  # a Mixture's signature, or another dataset's (a token corpus)
+        mixture = str(d[_state.K_DATASET]).startswith("Mixture(")
+        rows.append(("mixture" if mixture else "dataset", d[_state.K_DATASET]))
+    history = d.get(_state.K_HISTORY)
     if isinstance(history, list) and history:
         rows.append(("history", _history_text(history)))
     if d["problem"]:

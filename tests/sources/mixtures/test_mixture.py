@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import seekdata
 from seekdata import rng
-from seekdata.sources.mixtures import tree as _mixtree
+from seekdata.sources.mixtures import tree as _tree
 from seekdata.testing import assert_exact_resume
 from seekdata.tools.inspection import fingerprint
 from seekdata.wds import TarShards
@@ -313,9 +313,9 @@ def test_scalar_fast_paths_equal_the_vectorised_ones(n: int, seed: int, epoch: i
     order and global-RNG seeds exactly, or mixtures would disagree with the rest."""
     x %= n
     want = seekdata.order.Feistel(n, seed).indices(epoch, np.array([x]))[0]
-    assert _mixtree.feistel(n, seed, epoch, x) == want
+    assert _tree.feistel(n, seed, epoch, x) == want
     want_seeds = seekdata.rng.global_seeds(seed, epoch, np.array([x])).tolist()[0]
-    assert _mixtree.global_seeds(seed, epoch, x) == want_seeds
+    assert _tree.global_seeds(seed, epoch, x) == want_seeds
 
 
 @pytest.mark.parametrize("reseed", [True, False])

@@ -16,7 +16,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from seekdata.sources.tokens import index as tokenindex
+from seekdata.sources.tokens import index as _index
 from seekdata.tokens import PackedDocuments
 from seekdata.tools.cli import main
 
@@ -35,11 +35,11 @@ def write_corpus(path: pathlib.Path, lengths: list[int], tail: int = 0) -> np.nd
 
 def add_boundary(path: pathlib.Path, at: int) -> None:
     """Put an extra document end at token ``at`` of the file's index, its digest recomputed."""
-    ipath = str(path) + tokenindex.INDEX_SUFFIX
-    old = tokenindex._read(ipath, np.dtype(np.uint16), EOS)
+    ipath = str(path) + _index.INDEX_SUFFIX
+    old = _index._read(ipath, np.dtype(np.uint16), EOS)
     assert old is not None and at not in old.ends
     ends = np.sort(np.append(old.ends, at))
-    tokenindex._write(ipath, dataclasses.replace(old, ends=ends), str(path))
+    _index._write(ipath, dataclasses.replace(old, ends=ends), str(path))
 
 
 def served_right(segment: tuple[int, int, int], true: np.ndarray, edited: np.ndarray) -> bool:
@@ -113,7 +113,7 @@ def test_an_index_of_deeply_nested_json_is_rebuilt(tmp_path: pathlib.Path) -> No
     path = tmp_path / "tok.bin"
     write_corpus(path, LENGTHS)
     ds = PackedDocuments(str(path), SEQ_LEN, eos_id=EOS)
-    ipath = pathlib.Path(str(path) + tokenindex.INDEX_SUFFIX)
+    ipath = pathlib.Path(str(path) + _index.INDEX_SUFFIX)
     ipath.write_bytes(b"[" * 60_000 + b"\n")  # a header line, 64 KiB at most
     again = PackedDocuments(str(path), SEQ_LEN, eos_id=EOS)
     assert again.stream_signature == ds.stream_signature

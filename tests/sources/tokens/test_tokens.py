@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seekdata
-from seekdata.sources.tokens import index as _tokenindex
+from seekdata.sources.tokens import index as _index
 from seekdata.sources.tokens import packing as _packing
 from seekdata.testing import assert_exact_resume
 from seekdata.tokens import IGNORE_INDEX, PackedDocuments, TokenWindows
@@ -433,7 +433,7 @@ def test_token_ids_outside_the_vocabulary_are_refused_naming_the_file(
 def test_a_stale_or_edited_boundary_index_is_refused(tmp_path: pathlib.Path) -> None:
     names = write(tmp_path, documents([5, 9, 3, 12]), [])
     path = pathlib.Path(names[0])
-    ipath = pathlib.Path(names[0] + _tokenindex.INDEX_SUFFIX)
+    ipath = pathlib.Path(names[0] + _index.INDEX_SUFFIX)
     assert PackedDocuments(names, 8, eos_id=EOS).num_documents == 4
     assert ipath.exists()
 
@@ -512,7 +512,7 @@ def test_an_index_header_with_edited_ids_is_refused(tmp_path: pathlib.Path) -> N
     names = write(tmp_path, docs, [])
     with pytest.raises(ValueError, match="id 1500, outside"):
         PackedDocuments(names, 4, eos_id=EOS, vocab_size=1000)
-    ipath = pathlib.Path(names[0] + _tokenindex.INDEX_SUFFIX)
+    ipath = pathlib.Path(names[0] + _index.INDEX_SUFFIX)
     raw = ipath.read_bytes()
     head = raw[: raw.index(b"\n") + 1]
     edited = head.replace(b'"max_id":1500', b'"max_id":999 ')  # the same length: still aligned
@@ -546,8 +546,8 @@ def test_an_index_for_another_eos_is_rebuilt_and_index_dir_holds_them(
     names = write(tmp_path, documents([5, 9, 3, 12]), [])
     index_dir = tmp_path / "idx"
     a = PackedDocuments(names, 8, eos_id=EOS, index_dir=index_dir)
-    assert not pathlib.Path(names[0] + _tokenindex.INDEX_SUFFIX).exists()
-    assert len(list(index_dir.glob(f"*{_tokenindex.INDEX_SUFFIX}"))) == 1
+    assert not pathlib.Path(names[0] + _index.INDEX_SUFFIX).exists()
+    assert len(list(index_dir.glob(f"*{_index.INDEX_SUFFIX}"))) == 1
     other = PackedDocuments(names, 8, eos_id=5, index_dir=index_dir)  # another eos: rebuilt
     assert a.num_documents == 4 and other.num_documents != 4
 
@@ -562,8 +562,8 @@ def test_seekdata_index_builds_the_boundary_indexes_once(
 
     names = write(tmp_path, documents([5, 9, 3, 12, 4]), [2, 4])
     scanned: list[str] = []
-    scan = _tokenindex.scan
-    monkeypatch.setattr(_tokenindex, "scan", lambda f, *a: scanned.append(f.name) or scan(f, *a))
+    scan = _index.scan
+    monkeypatch.setattr(_index, "scan", lambda f, *a: scanned.append(f.name) or scan(f, *a))
     pattern = str(tmp_path / "part-{00..02}.bin")
     assert main(["index", "--eos-id", str(EOS), pattern]) == 0
     out = capsys.readouterr().out

@@ -18,8 +18,8 @@ import pytest
 import torch
 import webdataset as wds
 
-import seekdata.sources.wds.shards as sw  # _pread is patched where TarShards reads
 import seekdata.sources.wds.tarindex as tarindex
+from seekdata.sources.wds import shards as _shards  # _pread is patched where TarShards reads
 from seekdata.wds import TarShards
 from tests.helpers.shards import N_SHARDS, PER_SHARD, write_shards
 
@@ -109,13 +109,13 @@ def test_grouping_follows_webdataset(tmp_path: pathlib.Path) -> None:
 def record_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """Every (offset, size) TarShards reads from a shard, in order."""
     reads: list[tuple[int, int]] = []
-    pread = sw._pread
+    pread = _shards._pread
 
     def recording(fd: int, size: int, offset: int) -> bytes:
         reads.append((offset, size))
         return pread(fd, size, offset)
 
-    monkeypatch.setattr(sw, "_pread", recording)
+    monkeypatch.setattr(_shards, "_pread", recording)
     return reads
 
 
@@ -133,7 +133,7 @@ def test_reads_exactly_the_members_bytes(shards: str, monkeypatch: pytest.Monkey
 def test_a_large_member_is_read_after_its_header(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    big = bytes(range(256)) * (sw._JOINED_READ // 256 + 1)
+    big = bytes(range(256)) * (_shards._JOINED_READ // 256 + 1)
     ds = TarShards(write_tar(tmp_path / "big.tar", [("a.bin", big), ("a.txt", b"x")]))
     reads = record_reads(monkeypatch)
     assert ds[0]["bin"] == big and ds[0]["txt"] == b"x"

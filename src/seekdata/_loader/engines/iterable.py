@@ -20,13 +20,13 @@ from typing import Any
 
 from seekdata._core import dist as _dist
 from seekdata._core import globalrng as _globalrng
-from seekdata._core import reshape as _statecheck
-from seekdata._core import state as S
-from seekdata._core import streams as rng
+from seekdata._core import reshape as _reshape
+from seekdata._core import state as _state
+from seekdata._core import streams as _streams
 from seekdata._core.cursor import Cursor
 from seekdata._core.rngkeys import step_seed
 from seekdata._core.steprng import set_step_rng
-from seekdata._loader import workers as preemption
+from seekdata._loader import workers as _workers
 from seekdata._loader.config import LoaderConfig
 from seekdata._loader.device import DevicePrefetch
 from seekdata._loader.seed import seed_to_adopt
@@ -61,11 +61,11 @@ class WorkerSeeder:
         self.exiting: Any = None  # the loader's process's exit flag (worker_signals)
 
     def seed_globals(self, worker: int) -> None:
-        words = rng.derive_key(self.seed, _WORKER_TAG, self.epoch, self.rank, worker, words=3)
-        rng.seed_globals((words[0], words[1] >> 32, words[2]), self.names)
+        words = _streams.derive_key(self.seed, _WORKER_TAG, self.epoch, self.rank, worker, words=3)
+        _streams.seed_globals((words[0], words[1] >> 32, words[2]), self.names)
 
     def __call__(self, worker_id: int) -> None:
-        preemption.worker_signals(self.exiting)  # outlive a preemption notice, as WorkerInit does
+        _workers.worker_signals(self.exiting)  # outlive a preemption notice, as WorkerInit does
         self.seed_globals(worker_id)
         if self.user_fn is not None:
             self.user_fn(worker_id)
@@ -108,7 +108,7 @@ class IterableEngine:
             self.engine = TorchdataLoader(
                 dataset,
                 worker_init_fn=self.seeder,
-                generator=rng.torch_generator(seed, _WORKER_TAG),
+                generator=_streams.torch_generator(seed, _WORKER_TAG),
                 **kwargs,
             )
 
@@ -214,8 +214,8 @@ class IterableEngine:
         while True:
             with self._scope():
                 if inner is None:
-                    with preemption.starting_workers():
-                        self.seeder.exiting = preemption.exit_flag()
+                    with _workers.starting_workers():
+                        self.seeder.exiting = _workers.exit_flag()
                         inner = iter(self.engine)
                     self._held = None  # a new torchdata iterator: its state is the live one
                 batch = next(inner, end)
@@ -245,9 +245,9 @@ class IterableEngine:
 
     def fields(self, seed: int | None = None) -> dict[str, Any]:
         return {
-            S.K_SAMPLE_SEED: self.seed if seed is None else seed,
-            S.K_BATCH_SIZE: self.config.batch_size or 1,
-            S.K_BATCH_DROP_LAST: self.config.drop_last,
+            _state.K_SAMPLE_SEED: self.seed if seed is None else seed,
+            _state.K_BATCH_SIZE: self.config.batch_size or 1,
+            _state.K_BATCH_DROP_LAST: self.config.drop_last,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -260,14 +260,14 @@ class IterableEngine:
             with self._scope():
                 engine = self.engine.state_dict()
         return {
-            S.K_VERSION: S.VERSION,
-            S.K_KIND: "iterable",
-            S.K_EPOCH: now.epoch,
-            S.K_POSITION: int(_num_yielded(engine)),
-            S.K_EXHAUSTED: now.exhausted,
+            _state.K_VERSION: _state.VERSION,
+            _state.K_KIND: "iterable",
+            _state.K_EPOCH: now.epoch,
+            _state.K_POSITION: int(_num_yielded(engine)),
+            _state.K_EXHAUSTED: now.exhausted,
             **self.fields(),
-            S.K_WORLD_SIZE: _dist.world_size_or_one(),
-            S.K_ENGINE: engine,
+            _state.K_WORLD_SIZE: _dist.world_size_or_one(),
+            _state.K_ENGINE: engine,
         }
 
     def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
@@ -283,21 +283,21 @@ class IterableEngine:
         seed = seed_to_adopt(
             state, self.seed, explicit=self.config.seed_explicit, owns_sampler=False
         )
-        expected = {S.K_KIND: "iterable", **self.fields(seed)}
-        S.check_state(state, expected, where=where, strict=strict)
-        _statecheck.check_iterable(state, self.num_workers, _dist.world_size_or_one(), where)
+        expected = {_state.K_KIND: "iterable", **self.fields(seed)}
+        _state.check_state(state, expected, where=where, strict=strict)
+        _reshape.check_iterable(state, self.num_workers, _dist.world_size_or_one(), where)
         # everything is valid: only now change the loader
         if seed != self.seed:
             self.seed = self.seeder.seed = seed
-            self.engine.generator = rng.torch_generator(seed, _WORKER_TAG)
-        self.cursor.restore(state[S.K_EPOCH], 0, state[S.K_EXHAUSTED])
-        self.batch = state[S.K_POSITION]
+            self.engine.generator = _streams.torch_generator(seed, _WORKER_TAG)
+        self.cursor.restore(state[_state.K_EPOCH], 0, state[_state.K_EXHAUSTED])
+        self.batch = state[_state.K_POSITION]
         self._generation += 1  # an iterator from before the load stops
         self._private = None
         self._held = None
         self._forward_epoch()
         with _quiet():
-            self.engine.load_state_dict(state[S.K_ENGINE])
+            self.engine.load_state_dict(state[_state.K_ENGINE])
 
 
 def _num_yielded(engine_state: dict[str, Any]) -> int:

@@ -17,13 +17,13 @@ from typing import Any
 
 import torch.utils.data
 
-from seekdata._core import reshape as C
-from seekdata._core import state as S
-from seekdata._core import streams as rng
+from seekdata._core import reshape as _reshape
+from seekdata._core import state as _state
+from seekdata._core import streams as _streams
 from seekdata._core.cursor import Cursor, Snapshot
 from seekdata._core.rngkeys import step_seed
 from seekdata._core.steprng import set_step_rng
-from seekdata._loader import workers as preemption
+from seekdata._loader import workers as _workers
 from seekdata._loader.config import LoaderConfig
 from seekdata._loader.device import DevicePrefetch
 from seekdata._loader.fetch import Collate, FailedBatch, KeyedDataset, WorkerInit
@@ -88,7 +88,7 @@ class MapEngine:
             batch_sampler=None if per_sample else self.planned,  # type: ignore[arg-type]
             collate_fn=Collate(collate_fn, config.batch_transform, self.seed, reseed),
             worker_init_fn=WorkerInit(config.worker_init_fn),
-            generator=rng.torch_generator(self.seed, _ENGINE_TAG),
+            generator=_streams.torch_generator(self.seed, _ENGINE_TAG),
             **config.options,
         )
         # worker_method="thread": the same fetch in threads of this process, which never
@@ -207,7 +207,7 @@ class MapEngine:
         self.keyed.seed = seed
         self.loader.collate_fn.seed = seed  # type: ignore[union-attr]  # our Collate
         self.thread_keyed.seed = self.thread_collate.seed = seed
-        self.loader.generator = rng.torch_generator(seed, _ENGINE_TAG)
+        self.loader.generator = _streams.torch_generator(seed, _ENGINE_TAG)
         # persistent workers hold copies keyed by the old seed: let the next iter() start anew
         if getattr(self.loader, "_iterator", None) is not None:
             self.loader._iterator = None
@@ -268,28 +268,28 @@ class MapEngine:
         seed = self.seed if seed is None else seed
         stream = self.stream_fields()
         if self.config.owns_sampler:  # our default sampler's order is keyed by our seed
-            stream[S.K_SEED] = seed
+            stream[_state.K_SEED] = seed
         return {
             **stream,
-            S.K_BATCH_SIZE: self.config.batch_size or 1,
-            S.K_BATCH_DROP_LAST: self.config.drop_last,
-            S.K_SAMPLE_SEED: seed,
+            _state.K_BATCH_SIZE: self.config.batch_size or 1,
+            _state.K_BATCH_DROP_LAST: self.config.drop_last,
+            _state.K_SAMPLE_SEED: seed,
         }
 
     def state_dict(self) -> dict[str, Any]:
-        S.check_in_order(self.loader.in_order)
+        _state.check_in_order(self.loader.in_order)
         now = self.cursor.snapshot  # one value: a state_dict() from another thread is never torn
         return {
-            S.K_VERSION: S.VERSION,
-            S.K_KIND: "loader",
+            _state.K_VERSION: _state.VERSION,
+            _state.K_KIND: "loader",
             **self.cursor_fields(now),
-            S.K_STEP: now.batch,
+            _state.K_STEP: now.batch,
             **self.fields(),
-            S.K_WORLD_SIZE: self.world_size(),
-            S.K_ORIGIN: self.cursor.origin_field(now),
-            **({S.K_SKIPS: [list(p) for p in now.skips]} if now.skips else {}),
+            _state.K_WORLD_SIZE: self.world_size(),
+            _state.K_ORIGIN: self.cursor.origin_field(now),
+            **({_state.K_SKIPS: [list(p) for p in now.skips]} if now.skips else {}),
             **self.grown_field(),
-            **C.stream_records(self.keyed.dataset, now.epoch, now.position),
+            **_reshape.stream_records(self.keyed.dataset, now.epoch, now.position),
         }
 
     def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
@@ -299,19 +299,21 @@ class MapEngine:
             state, self.seed, explicit=config.seed_explicit, owns_sampler=config.owns_sampler
         )
         then, growths = self.growths_for(state, grow, where)  # a dataset that grew: as it was
-        expected = {S.K_KIND: "loader", **self.fields(seed), **then}
-        if isinstance(state, dict) and state.get(S.K_KIND) == "sampler":
+        expected = {_state.K_KIND: "loader", **self.fields(seed), **then}
+        if isinstance(state, dict) and state.get(_state.K_KIND) == "sampler":
             stream = {**self.fields(seed), **then}
-            expected = {S.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}
+            expected = {_state.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}
         if config.owns_sampler and not config.seed_explicit:  # the seed to adopt: one seed
-            S.check_one_seed(state, where)
+            _state.check_one_seed(state, where)
         # what identifies the data first (its length, its own stream: a Mixture's, a token
         # corpus's, as it was then; the order over it), then how it is cut into batches
-        rest = C.check_data(state, expected, self.keyed.dataset, then.get(S.K_N), where, strict)
-        if S.K_BATCH_SIZE in rest:
-            rest[S.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
+        rest = _reshape.check_data(
+            state, expected, self.keyed.dataset, then.get(_state.K_N), where, strict
+        )
+        if _state.K_BATCH_SIZE in rest:
+            rest[_state.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
         self.check(state, rest, where, strict)
-        batch = S.check_step(state, self.max_step(state), where)
+        batch = _state.check_step(state, self.max_step(state), where)
         # everything is valid: only now change the engine
         self.detach_live()
         if seed != self.seed:
@@ -347,7 +349,7 @@ class _LoaderIter:
         Ctrl-C would be ignored ("Exception ignored in ... __del__") and the script run on:
         Ctrl-C and the notices are held meanwhile and raised here once they are stopped."""
         self._stale = True
-        with preemption.stopping_workers():  # Ctrl-C is raised after the block, not lost
+        with _workers.stopping_workers():  # Ctrl-C is raised after the block, not lost
             self._batches = iter(())  # the last reference: torch's iterator stops its workers
 
     def __iter__(self) -> _LoaderIter:
@@ -367,8 +369,8 @@ class _LoaderIter:
             batches = _in_process(engine, engine.batches(plan))
         else:
             engine.planned.hand(engine.batches(plan), plan.num_batches)
-            with preemption.starting_workers():
-                loader.worker_init_fn.exiting = preemption.exit_flag()  # type: ignore[union-attr]
+            with _workers.starting_workers():
+                loader.worker_init_fn.exiting = _workers.exit_flag()  # type: ignore[union-attr]
                 batches = iter(loader)
         if engine.lookahead is not None:  # pulled ahead; __next__ counts at hand-out
             batches = engine.lookahead.wrap(batches)

@@ -16,8 +16,8 @@ from typing import Any
 import torch.utils.data
 
 from seekdata._core import dist as _dist
-from seekdata._core import reshape as _statecheck
-from seekdata._core import state as S
+from seekdata._core import reshape as _reshape
+from seekdata._core import state as _state
 from seekdata._core.cursor import Cursor, Snapshot
 from seekdata._loader.config import LoaderConfig
 from seekdata._loader.engines.mapstyle import WHERE, MapEngine
@@ -149,7 +149,7 @@ class ReplayEngine(MapEngine):
     def cursor_fields(self, now: Snapshot) -> dict[str, Any]:
         fields = self.cursor.fields(now)
         if now.position >= self.cursor.end:  # an ended epoch is recorded as n, as before
-            fields[S.K_POSITION] = self.n
+            fields[_state.K_POSITION] = self.n
         return fields
 
     def set_epoch(self, epoch: int) -> None:
@@ -166,27 +166,27 @@ class ReplayEngine(MapEngine):
         return _dist.world_size_or_one()
 
     def max_step(self, state: Any) -> int:
-        if not state[S.K_EXHAUSTED]:
+        if not state[_state.K_EXHAUSTED]:
             # batches consumed in the epoch, on each rank (a state from before this rule that
             # recorded an epoch's end as n has its step <= n)
-            return int(state[S.K_POSITION])
-        return max(self.n, self._total() or 0, int(state.get(S.K_STEP, 0)))
+            return int(state[_state.K_POSITION])
+        return max(self.n, self._total() or 0, int(state.get(_state.K_STEP, 0)))
 
     def stream_fields(self) -> dict[str, Any]:
         return {
-            S.K_N: self.n,
-            S.K_SEED: int(getattr(self.inner, "seed", 0)),
-            S.K_ORDER: f"replay:{type(self.inner).__name__}",
-            S.K_SHUFFLE: bool(getattr(self.inner, "shuffle", False)),
-            S.K_DROP_LAST: bool(getattr(self.inner, "drop_last", False)),
+            _state.K_N: self.n,
+            _state.K_SEED: int(getattr(self.inner, "seed", 0)),
+            _state.K_ORDER: f"replay:{type(self.inner).__name__}",
+            _state.K_SHUFFLE: bool(getattr(self.inner, "shuffle", False)),
+            _state.K_DROP_LAST: bool(getattr(self.inner, "drop_last", False)),
         }
 
     def check(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
-        S.check_state(state, expected, where=where, strict=strict)
-        _statecheck.check_replay_world(state, self.world_size(), self._total(), self.inner, where)
+        _state.check_state(state, expected, where=where, strict=strict)
+        _reshape.check_replay_world(state, self.world_size(), self._total(), self.inner, where)
 
     def load(self, state: Any, batch: int) -> None:
-        exhausted = state[S.K_EXHAUSTED]
-        position = _ENDED if exhausted else state[S.K_POSITION]
-        self.cursor.restore(state[S.K_EPOCH], position, exhausted, 0, batch)
-        self._forward_epoch(state[S.K_EPOCH])
+        exhausted = state[_state.K_EXHAUSTED]
+        position = _ENDED if exhausted else state[_state.K_POSITION]
+        self.cursor.restore(state[_state.K_EPOCH], position, exhausted, 0, batch)
+        self._forward_epoch(state[_state.K_EPOCH])

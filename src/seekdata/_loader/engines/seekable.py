@@ -9,9 +9,9 @@ from typing import Any
 
 import torch.utils.data
 
-from seekdata._core import partition as P
-from seekdata._core import reshape as _statecheck
-from seekdata._core import state as S
+from seekdata._core import partition as _partition
+from seekdata._core import reshape as _reshape
+from seekdata._core import state as _state
 from seekdata._core.checks import check_int
 from seekdata._loader import frameworks as _frameworks
 from seekdata._loader.config import LoaderConfig
@@ -105,7 +105,7 @@ class SeekableEngine(MapEngine):
     def iterate(self) -> Iterator[Any]:
         resized = self._resized()
         if resized is not None:
-            S.check_resize(self.sampler.cursor.snapshot, self.sampler.n, resized.n, WHERE)
+            _state.check_resize(self.sampler.cursor.snapshot, self.sampler.n, resized.n, WHERE)
             self.sampler, self.cursor = resized, resized.cursor
             if self.batch_sampler is not None:
                 self.batch_sampler = self._view(resized)
@@ -123,11 +123,9 @@ class SeekableEngine(MapEngine):
     ) -> tuple[dict[str, Any], tuple[Any, ...]]:
         sampler = self.sampler
         if grow:
-            growths = _statecheck.growth_at(
-                state, sampler.growths, sampler.n, where, sampler.dataset
-            )
-            return sampler.fields_then(int(state[S.K_N])), growths
-        n_then, growths = _statecheck.check_grown(
+            growths = _reshape.growth_at(state, sampler.growths, sampler.n, where, sampler.dataset)
+            return sampler.fields_then(int(state[_state.K_N])), growths
+        n_then, growths = _reshape.check_grown(
             state, sampler.growths, sampler.n, where, sampler.dataset
         )
         return (sampler.fields_then(n_then) if n_then != sampler.n else {}), growths
@@ -141,7 +139,7 @@ class SeekableEngine(MapEngine):
 
     def full_len(self) -> int:
         sampler = self._resized() or self.sampler
-        return P.batches(sampler.local_len(0), self.b, self.drop_last)
+        return _partition.batches(sampler.local_len(0), self.b, self.drop_last)
 
     def rank(self) -> int:
         return int(self.sampler.rank)
@@ -192,7 +190,7 @@ class SeekableEngine(MapEngine):
         sampler = self.sampler
         geo = (sampler.n, sampler.num_replicas, sampler.drop_last, self.b, self.drop_last)
         try:
-            epoch, position, batch = P.move(geo, self.full_len(), self._at(), batches)
+            epoch, position, batch = _partition.move(geo, self.full_len(), self._at(), batches)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
         sampler.check_reachable(epoch, where)
@@ -223,7 +221,7 @@ class SeekableEngine(MapEngine):
 
     def max_step(self, state: Any) -> int:
         # every step consumes at least one new global position (rank 0's is never padding)
-        return int(state[S.K_POSITION])
+        return int(state[_state.K_POSITION])
 
     def check(self, state: Any, expected: dict[str, Any], where: str, strict: bool) -> None:
         self.sampler.check_state(state, expected, where, strict)
@@ -236,7 +234,7 @@ class SeekableEngine(MapEngine):
         W'·B' = W·B and both cut epochs alike (see :func:`seekdata._core.reshape.global_batch`)."""
         drop = (self.sampler.drop_last, self.drop_last)
         world = self.sampler.num_replicas
-        return _statecheck.global_batch(state, self.sampler.n, (world, self.b), drop, where, strict)
+        return _reshape.global_batch(state, self.sampler.n, (world, self.b), drop, where, strict)
 
     def adopt_seed(self, seed: int) -> None:
         if self.config.owns_sampler:

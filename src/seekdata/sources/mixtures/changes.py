@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from seekdata._core import state as S
+from seekdata._core import state as _state
 from seekdata._core.checks import ArgumentError, check_counter, is_int, is_state_int
 from seekdata._core.growth import check_append, refuse_unstable, signature_then
 from seekdata._core.state import StateMismatchError
@@ -87,29 +87,29 @@ def stream_position(mix: Mixture, at: Any) -> int:
     window = max(mix.window, 1)
     if isinstance(at, Mapping):
         fields = {}
-        for key in (S.K_EPOCH, S.K_POSITION):
+        for key in (_state.K_EPOCH, _state.K_POSITION):
             value = at.get(key)
             if not is_state_int(value) or value < 0:
                 raise StateMismatchError(
                     f"{WHERE}: at must be a stream position or a loader/sampler state with "
-                    f"{S.K_EPOCH!r} and {S.K_POSITION!r}; the state's {key!r} is {value!r}; "
-                    f"pass loader.state_dict() as saved"
+                    f"{_state.K_EPOCH!r} and {_state.K_POSITION!r}; "
+                    f"the state's {key!r} is {value!r}; pass loader.state_dict() as saved"
                 )
             fields[key] = int(value)
-        n = at.get(S.K_N, mix.length)
+        n = at.get(_state.K_N, mix.length)
         if n != mix.length:
             raise StateMismatchError(
                 f"{WHERE}: the state was saved over a dataset of {n} positions per epoch but "
                 f"this mixture has {mix.length}; call changed() on the mixture the checkpoint "
                 f"was saved with"
             )
-        stream = fields[S.K_EPOCH] * mix.length + fields[S.K_POSITION]
-        saved = at.get(S.K_PREFIX, at.get(S.K_DATASET))
-        if at.get(S.K_DATASET) not in (None, mix.stream_signature) and saved not in (
+        stream = fields[_state.K_EPOCH] * mix.length + fields[_state.K_POSITION]
+        saved = at.get(_state.K_PREFIX, at.get(_state.K_DATASET))
+        if at.get(_state.K_DATASET) not in (None, mix.stream_signature) and saved not in (
             None, prefix_signature(mix, stream)
         ):  # fmt: skip
             raise StateMismatchError(
-                f"{WHERE}: the state was saved over another mixture ({at.get(S.K_DATASET)}) "
+                f"{WHERE}: the state was saved over another mixture ({at.get(_state.K_DATASET)}) "
                 f"than this one ({mix.stream_signature}) before its position P={stream:,}; "
                 f"call changed() on the mixture the checkpoint was saved with (with its history)"
             )
@@ -339,4 +339,7 @@ def records(mix: Mixture, epoch: int, position: int, always: bool) -> dict[str, 
         return {}
     stream = epoch * mix.length + position
     done = history(mix, stream)
-    return {S.K_PREFIX: prefix_signature(mix, stream), **({S.K_HISTORY: done} if done else {})}
+    return {
+        _state.K_PREFIX: prefix_signature(mix, stream),
+        **({_state.K_HISTORY: done} if done else {}),
+    }

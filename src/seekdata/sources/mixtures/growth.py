@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from seekdata._core import source as _source
-from seekdata._core import streams as rng
+from seekdata._core import streams as _streams
 from seekdata._core.orders import Feistel, Order, feistel_index, make_order
 
 GROW_TAG = 0x47524F57  # "GROW": a merged remainder's key is derive_key(seed, GROW_TAG, e_g, g)
@@ -93,9 +93,9 @@ class SourceLengths:
             epoch, r = self._epoch(last, q)
             merge: Order | None = None
             if r and kind == "feistel":
-                merge = Feistel(n1 - r, rng.derive_key(seed, GROW_TAG, epoch, g, words=1)[0])
+                merge = Feistel(n1 - r, _streams.derive_key(seed, GROW_TAG, epoch, g, words=1)[0])
             elif r and kind == "shards":  # the new items' own order, after the old remainder
-                key = rng.derive_key(seed, GROW_TAG, epoch, g, words=1)[0]
+                key = _streams.derive_key(seed, GROW_TAG, epoch, g, words=1)[0]
                 merge = self._order(kind, n1 - last.n, key, dataset, last.n, n1)
             order = self._order(kind, n1, seed, dataset, 0, n1)
             self.regimes.append(

@@ -35,12 +35,12 @@ import torch.utils.data
 from seekdata._core import globalrng as _globalrng
 from seekdata._core import sample as _sample
 from seekdata._core import source as _source
-from seekdata._core import streams as rng
+from seekdata._core import streams as _streams
 from seekdata._core.checks import ArgumentError, check_bool, check_counter, is_int
 from seekdata._core.growth import signature_then
 from seekdata._core.orders import Feistel, Order, feistel_index, make_order
 from seekdata._core.rngkeys import sample_seeds
-from seekdata.sources.mixtures import changes as _mixchange
+from seekdata.sources.mixtures import changes as _changes
 from seekdata.sources.mixtures.growth import SourceLengths, grown_sources
 from seekdata.sources.mixtures.schedule import (
     Schedule,
@@ -201,10 +201,10 @@ class Mixture(torch.utils.data.Dataset):
         self.length = sum(self.sizes) if length is None else check_length(length, where)
         self.order = order
         self.source_seeds = [
-            rng.derive_key(self.seed, _MIX_TAG, i, words=1)[0] for i in self.source_ids
+            _streams.derive_key(self.seed, _MIX_TAG, i, words=1)[0] for i in self.source_ids
         ]
         self._orders = [self._make_order(k) for k in range(len(self.datasets))]
-        self._window_seed = rng.derive_key(self.seed, _MIX_TAG, _WINDOW_TAG, words=1)[0]
+        self._window_seed = _streams.derive_key(self.seed, _MIX_TAG, _WINDOW_TAG, words=1)[0]
         self.epoch = 0
         self._growths: list[tuple[int, int, int, int]] = []  # (source, at, n0, n1): changed()
         self._lengths: dict[int, SourceLengths] = {}  # the sources that grew: their epochs
@@ -264,7 +264,7 @@ class Mixture(torch.utils.data.Dataset):
                 unchanged). The new items join its current source epoch at once.
             length: not supported (a new mixture epoch length): leave unset.
         """
-        change = _mixchange.changed(self, at, weights, add, remove, grown, length)
+        change = _changes.changed(self, at, weights, add, remove, grown, length)
         out = type(self)(
             change.sources, schedule=change.schedule, length=self.length, seed=self.seed,
             order=self.order, source_ids=change.source_ids,
@@ -277,14 +277,14 @@ class Mixture(torch.utils.data.Dataset):
     def gone(length: int) -> Any:
         """A placeholder for a removed source that must not be read: ``length`` items (the
         source's length), enough to route and to sign; fetching one raises."""
-        return _mixchange.Gone(length)
+        return _changes.Gone(length)
 
     def prefix_signature(self, position: int) -> str:
         """The signature of the stream before stream position ``position`` (rounded up to
         the window): a loader accepts a state saved at ``position`` from any mixture whose
         prefix signature there is the same (it agrees on everything consumed)."""
         stream = check_counter(position, "position", "Mixture.prefix_signature")
-        return _mixchange.prefix_signature(self, stream)
+        return _changes.prefix_signature(self, stream)
 
     def source_signatures(self) -> list[list[Any]]:
         """Read by the loader: ``[source id, length, stream_signature]`` of each source that
@@ -293,7 +293,7 @@ class Mixture(torch.utils.data.Dataset):
         if "sources" not in self._memo:
             out = []
             for k, ds in enumerate(self.datasets):
-                signature = None if isinstance(ds, _mixchange.Gone) else signature_then(ds, None)
+                signature = None if isinstance(ds, _changes.Gone) else signature_then(ds, None)
                 if signature is not None:
                     out.append([self.source_ids[k], self.sizes[k], signature])
             self._memo["sources"] = out
@@ -305,14 +305,14 @@ class Mixture(torch.utils.data.Dataset):
         if source_id not in self.source_ids:
             return None
         k = self.source_ids.index(source_id)
-        if isinstance(self.datasets[k], _mixchange.Gone):
+        if isinstance(self.datasets[k], _changes.Gone):
             return None
         return (repr(self.names[k]) if self.names is not None else str(k)), self.datasets[k]
 
     def stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
         """Read by the loader (:class:`seekdata.sources.SeekableSource`): the state keys of a
         mixture with changes, at its cursor."""
-        return _mixchange.records(self, epoch, position, always)
+        return _changes.records(self, epoch, position, always)
 
     def _make_order(self, k: int) -> Order:
         n, seed, ds = self.sizes[k], self.source_seeds[k], self.datasets[k]
@@ -384,7 +384,7 @@ class Mixture(torch.utils.data.Dataset):
 
     def sample_generator(self, source: int, source_epoch: int, index: int) -> np.random.Generator:
         """The stream :func:`seekdata.sample_rng` gives that sample: to reproduce it elsewhere."""
-        return rng.sample_generator(self.source_seeds[source], source_epoch, index)
+        return _streams.sample_generator(self.source_seeds[source], source_epoch, index)
 
     def set_epoch(self, epoch: int) -> None:
         """The mixture epoch used outside a seekdata loader (inside one, the loader's)."""
@@ -403,7 +403,7 @@ class Mixture(torch.utils.data.Dataset):
         fetch = _sample.current
         in_fetch = fetch.now[_sample.INDEX] != -1  # a seekdata loader fetches: its epoch is ours
         k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
-        if isinstance(self.datasets[k], _mixchange.Gone):
+        if isinstance(self.datasets[k], _changes.Gone):
             name = repr(self.names[k]) if self.names is not None else str(k)
             raise RuntimeError(
                 f"Mixture: source {name} is Mixture.gone (removed): it cannot be fetched, but "

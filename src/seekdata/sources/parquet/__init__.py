@@ -1,9 +1,9 @@
 """Parquet rows as a seekable source: row groups as shards, footers read once.
 
-- :mod:`._footers`: each file's footer (row groups, schema, column chunk ranges), read once;
+- :mod:`.footers`: each file's footer (row groups, schema, column chunk ranges), read once;
   remote footers kept under ``index_dir``;
-- :mod:`._columns`: Arrow columns to tensors and arrays, a column at a time;
-- :mod:`._rows`: :class:`ParquetRows`, the dataset.
+- :mod:`.columns`: Arrow columns to tensors and arrays, a column at a time;
+- :mod:`.rows`: :class:`ParquetRows`, the dataset.
 """
 
 from __future__ import annotations

@@ -4,13 +4,13 @@ A source that is given a remote URL (:func:`is_remote`: ``s3://``, ``gs://``, ``
 ``http(s)://``, ``hf://``) swaps its local file (a memmap, a file descriptor) for a
 :class:`RemoteFile` made by :func:`open_file`; local paths keep their local readers.
 
-- :mod:`._urls`: the URL forms and the store and key each names;
-- :mod:`._stores`: the back-end (fsspec, the ``remote`` extra), clients per process,
+- :mod:`.urls`: the URL forms and the store and key each names;
+- :mod:`.stores`: the back-end (fsspec, the ``remote`` extra), clients per process,
   credentials from ``storage_options=`` and the back-end's usual places;
-- :mod:`._faults`: transient failures retried with backoff, permanent ones refused;
-- :mod:`._file`: verified range reads, batch coalescing, read-ahead, bytes kept in memory;
-- :mod:`._indexes`: an index beside its object, or under ``index_dir``;
-- :mod:`._cache`: the optional disk cache, bounded by bytes.
+- :mod:`.faults`: transient failures retried with backoff, permanent ones refused;
+- :mod:`.file`: verified range reads, batch coalescing, read-ahead, bytes kept in memory;
+- :mod:`.indexes`: an index beside its object, or under ``index_dir``;
+- :mod:`.cache`: the optional disk cache, bounded by bytes.
 """
 
 from __future__ import annotations

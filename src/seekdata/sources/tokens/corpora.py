@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 
 from seekdata._core.checks import check_bool, check_int
 from seekdata.sources import remote
-from seekdata.sources.tokens import index as _tokenindex
+from seekdata.sources.tokens import index as _index
 from seekdata.sources.tokens import packing as _packing
 from seekdata.sources.tokens.files import TokenReader, check_dtype, describe, expand_files
 
@@ -141,12 +141,12 @@ class _TokenCorpus(Dataset[_Sample]):
     def _read(self, start: int, stop: int) -> np.ndarray:
         tokens = self._reader.read(start, stop)
         if not self._checked:
-            bad = _tokenindex.first_out_of_vocab(tokens, self.vocab_size or 0)
+            bad = _index.first_out_of_vocab(tokens, self.vocab_size or 0)
             if bad is not None:
                 k = self._reader.file_at(start + bad)
                 at = start + bad - self._reader.starts[k]
                 name = self._reader.files[k].name
-                raise _tokenindex.vocab_error(name, at, int(tokens[bad]), self.vocab_size or 0)
+                raise _index.vocab_error(name, at, int(tokens[bad]), self.vocab_size or 0)
         return tokens
 
     def _signature(self, *fields: Any) -> str:
@@ -389,11 +389,11 @@ class PackedDocuments(_TokenCorpus):
         eos_id = self.eos_id
 
         def load(f: Any) -> Any:
-            index = _tokenindex.load_or_build(
+            index = _index.load_or_build(
                 f, self.dtype, eos_id, index_dir=index_dir, rebuild=rebuild
             )
             if self.vocab_size is not None:
-                _tokenindex.check_vocab(f, index, self.dtype, self.vocab_size)
+                _index.check_vocab(f, index, self.dtype, self.vocab_size)
             return index
 
         indexes = remote.map_objects(load, files, [f.name for f in files])
@@ -585,7 +585,7 @@ class PackedDocuments(_TokenCorpus):
             f"token file {f.name}: {problem}; the index does not describe this file (edited, or "
             f"the file rewritten with its old size and mtime), so labels would cross documents "
             f"and sequences hold the wrong tokens. "
-            + _tokenindex.rescan_hint(f.name, self.eos_id, self.dtype)
+            + _index.rescan_hint(f.name, self.eos_id, self.dtype)
         )
 
     def __repr__(self) -> str:

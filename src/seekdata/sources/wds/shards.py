@@ -27,7 +27,7 @@ from seekdata._core.checks import check_bool
 from seekdata.sources import remote
 from seekdata.sources.wds import tarcheck as _tarcheck
 from seekdata.sources.wds import tarindex as _tarindex
-from seekdata.sources.wds import urls as _shardurls
+from seekdata.sources.wds import urls as _urls
 from seekdata.sources.wds.tarindex import Shard
 
 __all__ = ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "RemoteTarShards", "TarShards"]
@@ -80,7 +80,7 @@ class TarShards(Dataset[dict[str, Any]]):
     append_stable = True
 
     def __new__(cls, urls: Any = None, *args: Any, **kwargs: Any) -> TarShards:
-        remote_urls = urls is not None and any(map(remote.is_remote, _shardurls.expand_urls(urls)))
+        remote_urls = urls is not None and any(map(remote.is_remote, _urls.expand_urls(urls)))
         if cls is TarShards and remote_urls:
             cls = RemoteTarShards  # the same dataset, reading a batch at once
         return super().__new__(cls)
@@ -111,7 +111,7 @@ class TarShards(Dataset[dict[str, Any]]):
         self._decode_spec = decode
         self._allow_pickle = allow_pickle
         self._shards: list[Shard] = _tarindex.index_shards(
-            _shardurls.expand_urls(urls),
+            _urls.expand_urls(urls),
             index_dir=None if index_dir is None else os.fspath(index_dir),
             allow_pipe=allow_pipe,
             rebuild=rebuild_index,
