@@ -40,6 +40,7 @@ class Declares(torch.utils.data.Dataset):
     shard_sizes = (2, 4)
     shuffles_itself = True
     reseeds_global_rng_itself = True
+    reads_batches = True
 
     def __len__(self) -> int:
         return 6
@@ -62,6 +63,9 @@ class Declares(torch.utils.data.Dataset):
     def source_with_id(self, source_id: int) -> tuple[str, Any] | None:
         return ("only", self) if source_id == 0 else None
 
+    def prefetch(self, indices: list[int]) -> None:
+        self.prefetched = list(indices)
+
 
 class Plain(torch.utils.data.Dataset):
     """A map-style dataset that declares nothing."""
@@ -80,6 +84,7 @@ CALLS: dict[str, tuple[Any, ...]] = {
     "stream_records": (2, 7, True),
     "source_signatures": (),
     "source_with_id": (0,),
+    "prefetch": ([1, 2],),
 }
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "finds_sources",
     "grow_instead",
     "has_stream_records",
+    "prefetch",
+    "reads_in_batches",
     "reseeds_global_rng_itself",
     "shard_sizes",
     "shard_sizes_of_first",
@@ -103,6 +105,20 @@ class SeekableSource(Protocol):
         The dataset seeds global RNG from its own keys around each fetch (a ``Mixture`` keys a
         sample by its source's counters), so the loader does not reseed it first. Without it:
         ``False`` (the loader reseeds around every fetch, ``reseed_global_rng=True``).
+    ``reads_batches: bool``
+        ``True``: the loader reads a batch with one ``__getitems__(indices)`` call (a real
+        batched read: ``ParquetRows`` returns a dict of columns), its global RNG and
+        ``sample_rng()`` keyed by the batch. ``False``: one ``__getitem__`` per sample, each
+        under its own key, even where ``__getitems__`` exists (the file-backed sources define
+        one for torch's own DataLoader). Without it: torch's rule (a callable
+        ``__getitems__``; for torch's wrappers, what they wrap). Either way a dataset without a
+        callable ``__getitems__`` is read one sample at a time.
+    ``prefetch(indices) -> None``
+        Fetch what the samples ``indices`` will read, in as few requests as possible; it
+        changes no sample and draws nothing. The loader calls it once per batch, before it
+        reads the batch's samples one by one under their per-sample keys, so a source reads
+        remote files in batches while its keys stay per sample, local or remote alike (the
+        file-backed sources: a no-op for local files). Without it: nothing is fetched ahead.
     """
 
     def __len__(self) -> int: ...
@@ -125,6 +141,8 @@ MEMBERS = (
     "source_with_id",
     "shuffles_itself",
     "reseeds_global_rng_itself",
+    "reads_batches",
+    "prefetch",
 )
 
 
@@ -206,15 +224,10 @@ def _derived_signature(dataset: Any) -> str | None:
     return f"{kind}({len(parts)} parts, {_digest(described)})"
 
 
-def reads_in_batches(dataset: Any) -> bool:
-    """Whether a loader reads ``dataset`` a batch at a time (one ``__getitems__`` call): torch's
-    rule (the attribute exists and is callable), except for torch's wrappers, which define
-    ``__getitems__`` whatever they wrap: a ``Subset`` reads in batches when its dataset does, a
-    ``StackDataset`` when all of its datasets do. The rule of
-    :func:`seekdata._loader.fetch.batched_read`, here for the wrappers that sit above the
-    loader (the transforms may not import it)."""
-    if not callable(getattr(dataset, "__getitems__", None)):
-        return False
+def _torch_reads_in_batches(dataset: Any) -> bool:
+    """torch's rule for a dataset that declares nothing: a callable ``__getitems__``, except for
+    torch's wrappers, which define ``__getitems__`` whatever they wrap: a ``Subset`` reads in
+    batches when its dataset does, a ``StackDataset`` when all of its datasets do."""
     data = sys.modules.get("torch.utils.data")
     if data is None:
         return True
@@ -227,6 +240,10 @@ def reads_in_batches(dataset: Any) -> bool:
             reads_in_batches(d) for d in (parts.values() if isinstance(parts, dict) else parts)
         )
     return True
+
+
+def _has_getitems(dataset: Any) -> bool:
+    return callable(getattr(dataset, "__getitems__", None))
 
 
 def _forwarded(name: str) -> property:
@@ -333,3 +350,20 @@ def shuffles_itself(dataset: Any) -> bool:
 def reseeds_global_rng_itself(dataset: Any) -> bool:
     """``dataset.reseeds_global_rng_itself``; False without it."""
     return bool(declared(dataset, "reseeds_global_rng_itself"))
+
+
+def reads_in_batches(dataset: Any) -> bool:
+    """Whether a loader reads ``dataset`` a batch at a time (one ``__getitems__`` call): what
+    ``dataset.reads_batches`` declares, else torch's rule (:func:`_torch_reads_in_batches`);
+    never without a callable ``__getitems__``. The one rule of the loader
+    (:func:`seekdata._loader.fetch.batched_read`) and of the wrappers above it."""
+    said = declared(dataset, "reads_batches")
+    if not _has_getitems(dataset):
+        return False
+    return bool(said) if said is not ABSENT else _torch_reads_in_batches(dataset)
+
+
+def prefetch(dataset: Any) -> Callable[[Any], None] | None:
+    """``dataset.prefetch``; None when it declares none."""
+    fetch = declared(dataset, "prefetch")
+    return fetch if callable(fetch) else None

@@ -60,19 +60,14 @@ class _Read:
 def batched_read(dataset: Any) -> bool:
     """Whether the loader reads a batch of ``dataset`` with one ``dataset.__getitems__`` call.
 
-    torch's rule (the attribute exists and is callable), except for torch's own wrappers, which
-    define ``__getitems__`` whatever they wrap: a ``Subset`` reads in batches when its dataset
-    does, a ``StackDataset`` when all of its datasets do. Otherwise a ``Subset`` of a dataset
-    that reads one sample at a time would lose its per-sample keys without a word."""
-    if not callable(getattr(dataset, "__getitems__", None)):
-        return False
-    kind = type(dataset)
-    if kind.__getitems__ is torch.utils.data.Subset.__getitems__:
-        return batched_read(dataset.dataset)
-    if kind.__getitems__ is torch.utils.data.StackDataset.__getitems__:
-        parts = dataset.datasets
-        return all(batched_read(d) for d in (parts.values() if isinstance(parts, dict) else parts))
-    return True
+    What the source declares (``reads_batches``, a member of the source protocol: the
+    file-backed sources say False and are read one sample at a time after their ``prefetch``;
+    ``ParquetRows`` says True), else torch's rule (the attribute exists and is callable), except
+    for torch's own wrappers, which define ``__getitems__`` whatever they wrap: a ``Subset``
+    reads in batches when its dataset does, a ``StackDataset`` when all of its datasets do.
+    Otherwise a ``Subset`` of a dataset that reads one sample at a time would lose its
+    per-sample keys without a word. The rule is :func:`seekdata._core.source.reads_in_batches`."""
+    return _source.reads_in_batches(dataset)
 
 
 class FailedBatch:
@@ -123,6 +118,9 @@ class KeyedDataset(torch.utils.data.Dataset):
         self.reseed = _globalrng.reseed_set(reseed_global_rng, "KeyedDataset")
         self.reseed_global_rng = bool(self.reseed)
         self.batched = batched_fetch and batched_read(dataset)  # one __getitems__ per batch
+        # the source protocol's prefetch: a batch's bytes fetched at once, before its samples
+        # are read one by one under their own keys (None: nothing to fetch ahead)
+        self.prefetch = None if self.batched else _source.prefetch(dataset)
         # e.g. a Mixture: it reseeds every generator from its sample's own key before the
         # source runs, so reseeding from the position's key first is unobservable (read once:
         # a declaration of the source protocol)
@@ -170,7 +168,11 @@ class KeyedDataset(torch.utils.data.Dataset):
     def __getitems__(self, planned: PlannedBatch) -> _Fetched | _Read | FailedBatch:
         """The samples of ``planned`` (torch's fetcher calls this with the batch sampler's item)."""
         try:
-            return self._read(planned) if self.batched else self._fetch(planned)
+            if self.batched:
+                return self._read(planned)
+            if self.prefetch is not None:
+                self.prefetch(list(planned.indices))  # changes no sample, draws nothing
+            return self._fetch(planned)
         except Exception:
             return FailedBatch.caught()
 

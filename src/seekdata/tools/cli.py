@@ -123,16 +123,20 @@ def _run_index(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     options = _storage_options(args.storage_options, args.storage_option)
-    if args.eos_id is not None:  # token files: the core install suffices (no webdataset)
-        from seekdata.sources.tokens import files as _files
+    from seekdata.sources.files import paths as _paths  # one grammar for every family
 
+    if args.eos_id is not None:  # token files: the core install suffices (no webdataset)
         where = "seekdata index"
-        names = [n for pattern in args.urls for n in _files.expand_files(pattern, where)]
+        names = [n for p in args.urls for n in _paths.expand(p, where, noun="token file")]
         return _run_index_tokens(args, names, _stores(names, options))
     from seekdata.sources.wds import tarindex as _tarindex
-    from seekdata.sources.wds import urls as _urls
 
-    urls = [url for pattern in args.urls for url in _urls.expand_urls(pattern)]
+    example = "shards-{000..099}.tar"
+    urls = [
+        url
+        for pattern in args.urls
+        for url in _paths.expand(pattern, "seekdata index", noun="shard", example=example)
+    ]
     tokens = [url for url in urls if url.endswith(_TOKEN_SUFFIXES)]
     if tokens or args.vocab_size is not None:
         raise ValueError(
@@ -228,10 +232,11 @@ def _stores(urls: list[str], options: dict[str, Any]) -> Any:
 
 def _shard_index(url: str, index_dir: str | None) -> str | None:
     """Where the index of the shard ``url`` is, found without reading it or running a pipe."""
+    from seekdata.sources.files import paths as _paths
     from seekdata.sources.wds import tarindex as _tarindex
     from seekdata.sources.wds import urls as _urls
 
-    scheme = _urls.url_scheme(url)
+    scheme = _paths.url_scheme(url)
     if scheme == "pipe":
         if index_dir is None:
             return None  # refused by the indexing itself

@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from seekdata.sources import remote
-from seekdata.sources.remote import indexes as _indexes
+from seekdata.sources.files import indexes as _indexes
 
 #: ``format`` of a kept footer's header line.
 FOOTER_FORMAT = "seekdata-parquet-footer"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import operator
 import os
 import threading
 from collections import OrderedDict
@@ -14,23 +13,25 @@ from typing import Any, SupportsIndex
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from torch.utils.data import Dataset
 
-from seekdata._core.checks import check_bool
+from seekdata._core.checks import check_bool, check_int
 from seekdata.sources import remote
+from seekdata.sources.files import handles as _handles
+from seekdata.sources.files import paths as _paths
+from seekdata.sources.files.source import FileSource
 from seekdata.sources.parquet import columns as _columns
 from seekdata.sources.parquet import footers as _footers
 from seekdata.sources.parquet.footers import Part
 
 #: Bumped when what decides an item changes; part of ``ParquetRows.stream_signature``.
 ROWS_VERSION = 1
-#: Most local Parquet files one process keeps open.
-MAX_OPEN_FILES = 64
+#: Most Parquet files one process keeps open (the floor's one limit).
+MAX_OPEN_FILES = _handles.MAX_OPEN_FILES
 
 _Urls = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
-class ParquetRows(Dataset[dict[str, Any]]):
+class ParquetRows(FileSource[dict[str, Any]]):
     """Map-style dataset over the rows of Parquet files, local or remote, in file order.
 
     Args:
@@ -60,6 +61,11 @@ class ParquetRows(Dataset[dict[str, Any]]):
     per row in the worst case (docs/remote.md: the cost).
     """
 
+    _where = "ParquetRows"
+    #: Source protocol: the loader reads a batch with one :meth:`__getitems__` call (a dict of
+    #: columns), its randomness keyed by the batch.
+    reads_batches = True
+
     def __init__(
         self,
         urls: _Urls,
@@ -79,17 +85,16 @@ class ParquetRows(Dataset[dict[str, Any]]):
                 f"{where}: format must be one of {', '.join(map(repr, _columns.FORMATS))}; "
                 f"got {format!r}"
             )
-        if isinstance(keep_row_groups, bool) or not isinstance(keep_row_groups, int):
-            raise TypeError(f"{where}: keep_row_groups must be an int; got {keep_row_groups!r}")
-        if keep_row_groups < 1:
-            raise ValueError(f"{where}: keep_row_groups must be >= 1; got {keep_row_groups}")
+        keep_row_groups = check_int(
+            keep_row_groups, "keep_row_groups", where, 1, fix="pass e.g. keep_row_groups=8"
+        )
         if index_dir is not None and not isinstance(index_dir, (str, os.PathLike)):
             raise TypeError(f"{where}: index_dir must be a path or None; got {index_dir!r}")
         self.format = format
         self.keep_row_groups = keep_row_groups
         self._stores = remote.Stores(remote.check_options(storage_options, where))
         cache = remote.check_cache(cache, where)
-        names = _expand(urls, where)
+        names = _paths.expand(urls, where, noun="Parquet file", example="train-{00..09}.parquet")
         folder = None if index_dir is None else os.fspath(index_dir)
         self._parts: list[Part] = remote.map_objects(
             lambda n: _footers.describe(
@@ -120,7 +125,7 @@ class ParquetRows(Dataset[dict[str, Any]]):
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._decoded: OrderedDict[int, pa.Table] = OrderedDict()
-        self._open: OrderedDict[int, Any] = OrderedDict()
+        self._open: _handles.OpenFiles[Any] = _handles.OpenFiles()
 
     # -- sizes and layout ------------------------------------------------------------------
 
@@ -186,18 +191,6 @@ class ParquetRows(Dataset[dict[str, Any]]):
             column = pa.chunked_array(chunks, type=self._schema.field(name).type).take(take)
             out[name] = _columns.convert(column, self.format)
         return out
-
-    def _check_index(self, index: SupportsIndex) -> int:
-        try:
-            i = operator.index(index)
-        except TypeError as exc:
-            raise TypeError(
-                f"ParquetRows: index must be an int, got {type(index).__name__}"
-            ) from exc
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"ParquetRows: index must be in [0, {n}), got {i}")
-        return i + n if i < 0 else i
 
     def _row_groups(self, groups: list[int]) -> list[pa.Table]:
         """The decoded row groups ``groups``: kept ones as they are, the others read (remote
@@ -270,33 +263,25 @@ class ParquetRows(Dataset[dict[str, Any]]):
         ) from exc
 
     def _file(self, k: int) -> Any:
-        with self._lock:
-            pf = self._open.get(k)
-            if pf is not None:
-                self._open.move_to_end(k)
-                return pf
-        part = self._parts[k]
+        return self._open.get(k, lambda: self._open_file(self._parts[k]))
+
+    def _open_file(self, part: Part) -> Any:
         if part.remote is not None:
             source: Any = part.remote.open()
         else:
             assert part.path is not None
             try:
-                st = os.stat(part.path)
+                now = _handles.changed(part.path, part.size, part.mtime_ns)
             except OSError as exc:
                 raise ValueError(f"Parquet file {part.name}: cannot open it ({exc})") from exc
-            if (st.st_size, st.st_mtime_ns) != (part.size, part.mtime_ns):
+            if now is not None:
                 raise ValueError(
                     f"Parquet file {part.name} changed after this dataset read its footer (size "
-                    f"{part.size} → {st.st_size} bytes); its rows may now be others; build the "
+                    f"{part.size} → {now[0]} bytes); its rows may now be others; build the "
                     "dataset again"
                 )
             source = part.path
-        pf = pq.ParquetFile(source, metadata=part.metadata, pre_buffer=False)
-        with self._lock:
-            self._open[k] = pf
-            if len(self._open) > MAX_OPEN_FILES:
-                self._open.popitem(last=False)
-        return pf
+        return pq.ParquetFile(source, metadata=part.metadata, pre_buffer=False)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -313,32 +298,6 @@ class ParquetRows(Dataset[dict[str, Any]]):
             f"ParquetRows({len(self._parts)} files, {len(self)} rows, "
             f"{len(self._sizes)} row groups, columns={self.columns})"
         )
-
-
-def _expand(urls: Any, where: str) -> list[str]:
-    if isinstance(urls, str) and "{" in urls:
-        try:
-            import braceexpand
-        except ImportError as exc:
-            raise ImportError(
-                f"{where}: a brace pattern needs the braceexpand package; got {urls!r}; pip "
-                "install braceexpand, or pass a list of files"
-            ) from exc
-        names = list(braceexpand.braceexpand(urls))
-    elif isinstance(urls, (str, os.PathLike)):
-        names = [os.fspath(urls)]
-    elif isinstance(urls, Sequence) and not isinstance(urls, (bytes, bytearray)):
-        names = [os.fspath(u) if isinstance(u, os.PathLike) else u for u in urls]
-    else:
-        raise TypeError(
-            f"{where}: urls must be a path or URL, a brace pattern, or a list of them; got "
-            f"{type(urls).__name__}"
-        )
-    if not names or not all(isinstance(n, str) and n for n in names):
-        raise ValueError(
-            f"{where}: urls must name at least one Parquet file, each a non-empty str; got {urls!r}"
-        )
-    return names
 
 
 def _select(

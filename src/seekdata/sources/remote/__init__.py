@@ -9,8 +9,10 @@ A source that is given a remote URL (:func:`is_remote`: ``s3://``, ``gs://``, ``
   credentials from ``storage_options=`` and the back-end's usual places;
 - :mod:`.faults`: transient failures retried with backoff, permanent ones refused;
 - :mod:`.file`: verified range reads, batch coalescing, read-ahead, bytes kept in memory;
-- :mod:`.indexes`: an index beside its object, or under ``index_dir``;
 - :mod:`.cache`: the optional disk cache, bounded by bytes.
+
+Where an object's index is kept (beside it, or under ``index_dir``) is the next floor's,
+:mod:`seekdata.sources.files.indexes`, with the local files' indexes.
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
+from seekdata._core.checks import check_int
+
 _SUBDIR = "seekdata-cache"
 _MANIFEST = "manifest"
 _LOCK = "lock"
@@ -113,10 +115,9 @@ class Cache:
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"Cache: directory must be a path; got {type(directory).__name__}")
         for name, value in (("max_bytes", max_bytes), ("block_bytes", block_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"Cache: {name} must be an int; got {type(value).__name__}")
-            if value < 1:
-                raise ValueError(f"Cache: {name} must be >= 1 byte; got {value}")
+            fix = f"pass a number of bytes, e.g. {name}={10**9 if name == 'max_bytes' else 1 << 22}"
+            check_int(value, name, "Cache", 1, what="a positive int (bytes)", fix=fix)
+        max_bytes, block_bytes = int(max_bytes), int(block_bytes)
         try:
             import fcntl  # noqa: F401 - the lock between processes
         except ImportError as exc:  # pragma: no cover - Windows

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+)://")
+#: ``scheme:`` at the start of a URL: two characters at least, so ``C:\\data`` is a path
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):")
 #: URL scheme → the kind of store that serves it
 SCHEMES = {
     "s3": "s3",
@@ -49,12 +50,21 @@ HF_ENDPOINT = "https://huggingface.co"
 _HF_KINDS = ("datasets", "spaces")
 
 
-def scheme_of(url: object) -> str | None:
-    """The lower-cased scheme of a ``scheme://`` URL, None for anything else."""
+def url_scheme(url: object) -> str | None:
+    """The lower-cased scheme of ``url`` (``"pipe"`` of ``pipe:cmd``, ``"file"``, ``"s3"``),
+    None for a path: the one scheme parser of every file-backed source."""
     if not isinstance(url, str):
         return None
     match = _SCHEME.match(url)
     return match.group(1).lower() if match else None
+
+
+def scheme_of(url: object) -> str | None:
+    """The lower-cased scheme of a ``scheme://`` URL, None for anything else."""
+    scheme = url_scheme(url)
+    if scheme is None or not str(url)[len(scheme) + 1 :].startswith("//"):
+        return None
+    return scheme
 
 
 def is_remote(url: object) -> bool:

@@ -6,20 +6,20 @@ The public face is :mod:`seekdata.tokens`; its docstring is the user's guide to 
 from __future__ import annotations
 
 import hashlib
-import operator
 import os
 from collections.abc import Sequence
 from typing import Any, SupportsIndex
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from seekdata._core.checks import check_bool, check_int
 from seekdata.sources import remote
+from seekdata.sources.files import paths as _paths
+from seekdata.sources.files.source import FileSource
 from seekdata.sources.tokens import index as _index
 from seekdata.sources.tokens import packing as _packing
-from seekdata.sources.tokens.files import TokenReader, check_dtype, describe, expand_files
+from seekdata.sources.tokens.files import TokenReader, check_dtype, describe
 
 __all__ = [
     "IGNORE_INDEX",
@@ -43,20 +43,22 @@ def _int(value: Any, name: str, where: str, low: int, hint: str) -> int:
     return int(value)
 
 
-class _TokenCorpus(Dataset[_Sample]):
-    """What both datasets share: the files, ``seq_len``, the vocabulary check, indexing."""
+class _TokenCorpus(FileSource[_Sample]):
+    """What both datasets share: the files, ``seq_len``, the vocabulary check, indexing; local
+    or remote files alike (remote ones: :meth:`prefetch` fetches a batch's ranges at once)."""
 
     _where = "tokens"
+    _index_hint = "; index one sequence at a time"
     #: Cut into shards (``shard_windows=``, ``sharded=True``): read shard by shard, streamed.
     _sharded = False
 
-    def __new__(cls, files: Any = None, *args: Any, **kwargs: Any) -> _TokenCorpus:
-        remote_cls = _REMOTE.get(cls)
-        if remote_cls is not None and files is not None:
-            names = expand_files(files, cls._where)
-            if any(map(remote.is_remote, names)):
-                cls = remote_cls  # the same dataset, reading a batch at once
-        return super().__new__(cls)
+    @property
+    def _streams(self) -> bool:  # type: ignore[override]
+        """A sharded corpus read shard by shard streams its objects: read them ahead too."""
+        return self._sharded
+
+    def _byte_ranges(self, index: int) -> list[tuple[Any, int, int]]:
+        return [r for a, b in self._token_ranges(index) for r in self._reader.byte_ranges(a, b)]
 
     def _token_ranges(self, index: int) -> list[tuple[int, int]]:
         """The token ranges ``self[index]`` reads."""
@@ -82,7 +84,7 @@ class _TokenCorpus(Dataset[_Sample]):
         self.vocab_size = None
         if vocab_size is not None:
             self.vocab_size = _int(vocab_size, "vocab_size", where, 1, "or leave it None")
-        names = expand_files(files, where)
+        names = _paths.expand(files, where, noun="token file", example="train-{00..09}.bin")
         stores = remote.Stores(remote.check_options(storage_options, where))
         cache = remote.check_cache(cache, where)
         described = remote.map_objects(
@@ -124,19 +126,6 @@ class _TokenCorpus(Dataset[_Sample]):
     def num_tokens(self) -> int:
         """Tokens in all files."""
         return self._reader.total
-
-    def _check_index(self, index: SupportsIndex) -> int:
-        try:
-            i = operator.index(index)
-        except TypeError as exc:
-            raise TypeError(
-                f"{self._where}: index must be an int, got {type(index).__name__}; "
-                "index one sequence at a time"
-            ) from exc
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"{self._where}: index must be in [0, {n}), got {i}")
-        return i + n if i < 0 else i
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         tokens = self._reader.read(start, stop)
@@ -596,30 +585,8 @@ class PackedDocuments(_TokenCorpus):
         )
 
 
-class _RemoteBatches:
-    """For datasets over remote token files: ``__getitems__`` fetches the byte ranges of all
-    of a batch's items at once (neighbours in one request, the requests concurrently) before
-    reading them, so the loader reads a batch with one call."""
-
-    def __getitems__(self: Any, indices: Sequence[int]) -> list[_Sample]:
-        wanted = []
-        for index in indices:
-            for start, stop in self._token_ranges(self._check_index(index)):
-                wanted += self._reader.byte_ranges(start, stop)
-        # a sharded corpus read shard by shard streams its objects: read them ahead too
-        remote.prefetch(wanted, shards=self._sharded)
-        return [self[i] for i in indices]
-
-
-class RemoteTokenWindows(_RemoteBatches, TokenWindows):
-    """What :class:`TokenWindows` is over remote files: the same items, a batch read at once."""
-
-
-class RemotePackedDocuments(_RemoteBatches, PackedDocuments):
-    """What :class:`PackedDocuments` is over remote files: the same items, a batch read at once."""
-
-
-_REMOTE: dict[type, type] = {
-    TokenWindows: RemoteTokenWindows,
-    PackedDocuments: RemotePackedDocuments,
-}
+#: Earlier releases returned these subclasses for remote files; remote files are read by the
+#: datasets themselves now (their :meth:`~TokenWindows.prefetch`), and the names stay for code
+#: that imports them.
+RemoteTokenWindows = TokenWindows
+RemotePackedDocuments = PackedDocuments

@@ -9,8 +9,9 @@ their concatenation, in the order given; every position here is a token position
 Each file is described once (size, mtime, tokens) and refused clearly when it cannot be a
 token file of that dtype: empty, a size that is not a whole number of tokens, a ``.npy`` of
 another dtype or truncated. A process opens its memmaps lazily (at most
-:data:`MAX_OPEN_FILES` at once) and checks each file's size and mtime when it opens it, so a
-file rewritten after the dataset was built is an error, not other tokens.
+:data:`MAX_OPEN_FILES` at once: the floor's LRU, :mod:`seekdata.sources.files.handles`) and
+checks each file's size and mtime when it opens it, so a file rewritten after the dataset was
+built is an error, not other tokens.
 """
 
 from __future__ import annotations
@@ -19,18 +20,17 @@ import bisect
 import contextlib
 import os
 import stat
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from seekdata.sources.remote.urls import is_remote
+from seekdata.sources.files import handles as _handles
+from seekdata.sources.files.paths import is_remote
 
-#: Most token files one process keeps mapped at once (least recently read ones are dropped).
-MAX_OPEN_FILES = 128
+#: Most token files one process keeps mapped at once (the floor's one limit).
+MAX_OPEN_FILES = _handles.MAX_OPEN_FILES
 _NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -46,38 +46,6 @@ def check_dtype(dtype: Any, where: str) -> np.dtype[Any]:
             f"{out}; token ids are integers"
         )
     return out
-
-
-def expand_files(files: Any, where: str) -> list[str]:
-    """Paths from one path, a brace pattern (``"train-{00..09}.bin"``), or a list of paths."""
-    if isinstance(files, str) and "{" not in files:
-        names = [files]
-    elif isinstance(files, str):
-        try:
-            import braceexpand  # a webdataset dependency, only for patterns
-        except ImportError as e:
-            raise ImportError(
-                f"{where}: a brace pattern needs the braceexpand package; got {files!r}; "
-                f"pip install -e '.[webdataset]' in a clone of seekdata (or braceexpand), or pass "
-                f"a list of paths"
-            ) from e
-        names = list(braceexpand.braceexpand(files))
-    elif isinstance(files, os.PathLike):
-        names = [os.fspath(files)]
-    elif isinstance(files, Sequence) and not isinstance(files, bytes | bytearray):
-        names = [os.fspath(f) if isinstance(f, os.PathLike) else f for f in files]
-    else:
-        raise TypeError(
-            f"{where}: files must be a path, a brace pattern such as 'train-{{00..09}}.bin', or "
-            f"a list of paths; got {type(files).__name__}"
-        )
-    bad = [n for n in names if not isinstance(n, str) or not n]
-    if bad or not names:
-        raise ValueError(
-            f"{where}: files must name at least one token file, each a non-empty path; got "
-            f"{files!r}; pass e.g. 'train.bin' or ['a.bin', 'b.bin']"
-        )
-    return names
 
 
 @dataclass(frozen=True)
@@ -186,9 +154,7 @@ class TokenReader:
         for f in self.files:
             starts.append(starts[-1] + f.tokens)
         self.starts = starts  #: first position of each file, then the total
-        self._lock = threading.Lock()
-        self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._pid = os.getpid()
+        self._maps: _handles.OpenFiles[np.ndarray] = _handles.OpenFiles()
 
     @property
     def total(self) -> int:
@@ -235,29 +201,19 @@ class TokenReader:
         return token_array(self.files[k], self.dtype)[start:stop]
 
     def tokens(self, k: int) -> np.ndarray:
-        """All tokens of file ``k``, memory-mapped (opened on first use in this process)."""
-        if self._pid != os.getpid():  # a forked worker: its own maps, and its own lock (the
-            self._lock = threading.Lock()  # parent's may have been held by another thread)
-            self._maps, self._pid = OrderedDict(), os.getpid()
-        with self._lock:
-            tokens = self._maps.get(k)
-            if tokens is not None:
-                self._maps.move_to_end(k)
-                return tokens
-            tokens = self._maps[k] = self._open(self.files[k])
-            if len(self._maps) > MAX_OPEN_FILES:
-                self._maps.popitem(last=False)  # views handed out keep their own mapping
-            return tokens
+        """All tokens of file ``k``, memory-mapped (opened on first use in this process; views
+        handed out keep their own mapping when the LRU drops it)."""
+        return self._maps.get(k, lambda: self._open(self.files[k]))
 
     def _open(self, f: TokenFile) -> np.ndarray:
         try:
-            st = os.stat(f.path)
+            now = _handles.changed(f.path, f.size, f.mtime_ns)
         except OSError as exc:
             raise ValueError(f"token file {f.name}: cannot open {f.path} ({exc})") from exc
-        if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
+        if now is not None:
             raise ValueError(
                 f"token file {f.name} changed after this dataset read it (size {f.size} → "
-                f"{st.st_size} bytes); its positions may now hold other tokens; build the "
+                f"{now[0]} bytes); its positions may now hold other tokens; build the "
                 f"dataset again"
             )
         mapped = np.memmap(f.path, dtype=self.dtype, mode="r", offset=f.offset, shape=(f.tokens,))
@@ -265,14 +221,12 @@ class TokenReader:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_lock"], state["_maps"]  # mappings stay with their process
+        del state["_maps"]  # mappings stay with their process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._maps = OrderedDict()
-        self._pid = os.getpid()
+        self._maps = _handles.OpenFiles()
 
 
 class RemoteTokens:

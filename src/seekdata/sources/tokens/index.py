@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from seekdata.sources.remote import indexes as _indexes
+from seekdata.sources.files import indexes as _indexes
 from seekdata.sources.tokens.files import TokenFile, describe, token_array
 
 #: ``format`` field of every index header.
@@ -77,12 +77,8 @@ class DocIndex:
 
 
 def index_path(path: str, index_dir: str | None) -> str:
-    """Where the index of the token file ``path`` lives."""
-    if index_dir is None:
-        return path + INDEX_SUFFIX
-    real = os.path.realpath(path)
-    digest = hashlib.sha256(real.encode()).hexdigest()[:16]
-    return os.path.join(index_dir, f"{os.path.basename(real)}.{digest}{INDEX_SUFFIX}")
+    """Where the index of the token file ``path`` lives (the floor's rule, this suffix)."""
+    return _indexes.index_path(path, INDEX_SUFFIX, index_dir)
 
 
 def rebuild_hint(name: str, eos_id: int, dtype: np.dtype[Any]) -> str:
@@ -200,13 +196,7 @@ def _encode(index: DocIndex, name: str) -> bytes:
 
 
 def _write(ipath: str, index: DocIndex, name: str) -> None:
-    directory = os.path.dirname(ipath)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    tmp = f"{ipath}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # atomic: ranks may race
-    with open(tmp, "wb") as fp:
-        fp.write(_encode(index, name))
-    os.replace(tmp, ipath)
+    _indexes.write_atomic(ipath, _encode(index, name))
 
 
 def _read_remote(

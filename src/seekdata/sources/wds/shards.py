@@ -6,43 +6,41 @@ The public face is :mod:`seekdata.wds`; its docstring is the user's guide to thi
 from __future__ import annotations
 
 import bisect
-import functools
 import hashlib
 import io
 import itertools
-import operator
 import os
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 from webdataset import autodecode
 
 from seekdata._core.checks import check_bool
 from seekdata.sources import remote
+from seekdata.sources.files import handles as _handles
+from seekdata.sources.files import paths as _paths
+from seekdata.sources.files.source import FileSource
 from seekdata.sources.wds import tarcheck as _tarcheck
 from seekdata.sources.wds import tarindex as _tarindex
-from seekdata.sources.wds import urls as _urls
 from seekdata.sources.wds.tarindex import Shard
 
 __all__ = ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "RemoteTarShards", "TarShards"]
 
 #: Extensions webdataset decodes with :func:`pickle.loads`; refused unless ``allow_pickle``.
 PICKLE_EXTENSIONS = frozenset({"pkl", "pickle", "pyd"})
-#: Most shard files each thread of each process keeps open at once.
-MAX_OPEN_FILES = 64
+#: Most shard files each thread of each process keeps open at once (the floor's one limit).
+MAX_OPEN_FILES = _handles.MAX_OPEN_FILES
 _HEADER = 512  # a tar header: checked before each member's data is returned
 _JOINED_READ = 1 << 16  # members up to this size are read with their header in one pread
 
 _Handler = Callable[[str, bytes], Any]
 
 
-class TarShards(Dataset[dict[str, Any]]):
+class TarShards(FileSource[dict[str, Any]]):
     """Map-style dataset over webdataset tar shards, with O(1) random access.
 
     Args:
@@ -72,18 +70,19 @@ class TarShards(Dataset[dict[str, Any]]):
     Each sample is read with one positioned read per member; nothing before it
     in the shard is read. Open files are cached per process and thread (at
     most :data:`MAX_OPEN_FILES`), opened lazily, and reopened after a fork, so
-    the dataset can be handed to DataLoader workers.
+    the dataset can be handed to DataLoader workers. Remote shards are the same class:
+    :meth:`prefetch` (which the loader calls before a batch's samples are read, each under its
+    own key) fetches the byte ranges of a batch's samples at once — neighbouring samples of one
+    shard in one request, the requests concurrently — and a shard that this process's batches
+    keep reading (a shard-local order) is streamed in chunks and read ahead in the background.
     """
+
+    _where = "TarShards"
+    _index_hint = "; slices and lists are not supported, index one sample at a time"
 
     #: Read by the loader when the shards grow (docs/growth.md): shards appended after the
     #: old ones keep every old sample; checked: a growth must be by whole shards.
     append_stable = True
-
-    def __new__(cls, urls: Any = None, *args: Any, **kwargs: Any) -> TarShards:
-        remote_urls = urls is not None and any(map(remote.is_remote, _urls.expand_urls(urls)))
-        if cls is TarShards and remote_urls:
-            cls = RemoteTarShards  # the same dataset, reading a batch at once
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -111,7 +110,7 @@ class TarShards(Dataset[dict[str, Any]]):
         self._decode_spec = decode
         self._allow_pickle = allow_pickle
         self._shards: list[Shard] = _tarindex.index_shards(
-            _urls.expand_urls(urls),
+            _paths.expand(urls, "TarShards", noun="shard", example="shards-{000..099}.tar"),
             index_dir=None if index_dir is None else os.fspath(index_dir),
             allow_pipe=allow_pipe,
             rebuild=rebuild_index,
@@ -188,17 +187,27 @@ class TarShards(Dataset[dict[str, Any]]):
     def __getitem__(self, index: SupportsIndex) -> dict[str, Any]:
         return self._sample(self._check_index(index))
 
-    def _sample(self, i: int, span: tuple[int, bytes] | None = None) -> dict[str, Any]:
-        """Sample ``i``, its members read one by one; with ``span``, ``(start, its bytes)``
-        from its first header to its last member's end, read before (a remote batch)."""
+    def _byte_ranges(self, index: int) -> list[tuple[Any, int, int]]:
+        """The bytes sample ``index`` reads of a remote shard: from its first member's header to
+        its last member's end (``[]`` for a local shard)."""
+        s = bisect.bisect_right(self._starts, index) - 1
+        shard = self._shards[s]
+        if shard.remote is None:
+            return []
+        idx, local = shard.index, index - self._starts[s]
+        first, last = int(idx.starts[local]), int(idx.starts[local + 1]) - 1
+        start = int(idx.offsets[first]) - _HEADER
+        return [(shard.remote, start, int(idx.offsets[last] + idx.sizes[last]))]
+
+    def _sample(self, i: int) -> dict[str, Any]:
+        """Sample ``i``, its members read one by one (a remote shard's from memory when
+        :meth:`prefetch` fetched them)."""
         s = bisect.bisect_right(self._starts, i) - 1
         shard = self._shards[s]
         idx = shard.index
         local = i - self._starts[s]
         read: Callable[[int, int], bytes] | None = None  # a range read (start, stop)
-        if span is not None:
-            read = functools.partial(_sliced, *span)
-        elif shard.remote is not None:
+        if shard.remote is not None:
             read = shard.remote.read
         fd = self._open_files().get(shard) if read is None else -1
         key = idx.keys[local]
@@ -241,28 +250,13 @@ class TarShards(Dataset[dict[str, Any]]):
             return sample
         return _decode(self._decoder, sample, shard, i)
 
-    def _check_index(self, index: SupportsIndex) -> int:
-        try:
-            i = operator.index(index)
-        except TypeError as exc:
-            raise TypeError(
-                f"TarShards: index must be an int, got {type(index).__name__}; "
-                "slices and lists are not supported, index one sample at a time"
-            ) from exc
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"TarShards: index must be in [0, {n}), got {i}")
-        return i + n if i < 0 else i
-
     # -- open files, per process and thread -------------------------------------
 
     def _open_files(self) -> _OpenFiles:
         files: _OpenFiles | None = getattr(self._local, "files", None)
-        if files is None or files.pid != os.getpid():
-            if files is not None:
-                files.close()  # this process's inherited copies; the parent keeps its own
+        if files is None:
             files = self._local.files = _OpenFiles()
-        return files
+        return files  # after a fork the floor's LRU drops the parent's (which keeps them open)
 
     def close(self) -> None:
         """Close the shard files this thread opened; later reads reopen them."""
@@ -288,37 +282,17 @@ class TarShards(Dataset[dict[str, Any]]):
 
 
 class _OpenFiles:
-    """An LRU of open shard file descriptors, owned by one thread of one process."""
+    """The shard file descriptors one thread of one process keeps open: the floor's LRU, each
+    shard checked unchanged when it is opened."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.fds: OrderedDict[str, int] = OrderedDict()
+        self._lru: _handles.OpenFiles[int] = _handles.OpenFiles(close=os.close)
 
     def get(self, shard: Shard) -> int:
-        fd = self.fds.get(shard.path)
-        if fd is not None:
-            self.fds.move_to_end(shard.path)
-            return fd
-        try:
-            fd = os.open(shard.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except OSError as exc:
-            raise ValueError(f"shard {shard.url}: cannot open {shard.path} ({exc})") from exc
-        stat = os.fstat(fd)
-        if (stat.st_size, stat.st_mtime_ns) != (shard.index.size, shard.index.mtime_ns):
-            os.close(fd)
-            raise ValueError(
-                f"shard {shard.url} changed after this dataset indexed it (size {shard.index.size}"
-                f" → {stat.st_size} bytes); create the dataset again, and if the change is "
-                "intended, " + _tarindex.rebuild_hint(shard.url)
-            )
-        self.fds[shard.path] = fd
-        if len(self.fds) > MAX_OPEN_FILES:
-            os.close(self.fds.popitem(last=False)[1])
-        return fd
+        return self._lru.get(shard.path, lambda: _open_shard(shard))
 
     def close(self) -> None:
-        while self.fds:
-            os.close(self.fds.popitem()[1])
+        self._lru.close()
 
     def __del__(self) -> None:
         try:  # noqa: SIM105 - at interpreter exit this module's globals (contextlib) may be None
@@ -327,40 +301,26 @@ class _OpenFiles:
             pass
 
 
-class RemoteTarShards(TarShards):
-    """What :class:`TarShards` is for remote shards: the same samples, and a batch read at once.
-
-    :meth:`__getitems__` fetches the byte ranges of all of a batch's samples before decoding
-    them — neighbouring samples of one shard in one request, the requests at once — so the
-    loader reads a batch with one call (its randomness keyed by the batch, as for any dataset
-    that reads a batch at once). A shard that this process's batches keep reading (a
-    shard-local order) is streamed in chunks and the rest of it read ahead in the background
-    (:func:`seekdata.sources.remote.prefetch` with ``shards=True``)."""
-
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        picked, wanted = [], []
-        for index in indices:
-            i = self._check_index(index)
-            s = bisect.bisect_right(self._starts, i) - 1
-            shard = self._shards[s]
-            if shard.remote is None:
-                picked.append((i, -1))
-                continue
-            idx, local = shard.index, i - self._starts[s]
-            first, last = int(idx.starts[local]), int(idx.starts[local + 1]) - 1
-            start = int(idx.offsets[first]) - _HEADER
-            stop = int(idx.offsets[last] + idx.sizes[last])
-            picked.append((i, start))
-            wanted.append((shard.remote, start, stop))
-        # each sample's bytes at once (one look-up in memory, its members sliced from them)
-        spans = iter(remote.read_batch(wanted, shards=True))
-        return [
-            self._sample(i) if at < 0 else self._sample(i, (at, next(spans))) for i, at in picked
-        ]
+def _open_shard(shard: Shard) -> int:
+    try:
+        fd = os.open(shard.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise ValueError(f"shard {shard.url}: cannot open {shard.path} ({exc})") from exc
+    now = _handles.changed(fd, shard.index.size, shard.index.mtime_ns)
+    if now is not None:
+        os.close(fd)
+        raise ValueError(
+            f"shard {shard.url} changed after this dataset indexed it (size {shard.index.size}"
+            f" → {now[0]} bytes); create the dataset again, and if the change is "
+            "intended, " + _tarindex.rebuild_hint(shard.url)
+        )
+    return fd
 
 
-def _sliced(base: int, buf: bytes, start: int, stop: int) -> bytes:
-    return buf[start - base : stop - base]
+#: Earlier releases returned this subclass for remote URLs; remote shards are read by
+#: :class:`TarShards` itself now (its :meth:`~TarShards.prefetch`), and the name stays for code
+#: that imports it.
+RemoteTarShards = TarShards
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:

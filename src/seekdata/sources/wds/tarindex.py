@@ -13,7 +13,6 @@ size, new mtime: rescanned, and kept if no sample moved. Otherwise the shard cha
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import stat
@@ -26,9 +25,10 @@ from typing import Any
 import numpy as np
 from webdataset.tariterators import base_plus_ext
 
-from seekdata.sources.remote import indexes as _indexes
+from seekdata.sources.files import indexes as _indexes
+from seekdata.sources.files.paths import is_remote, url_scheme
 from seekdata.sources.wds import tarcheck as _tarcheck
-from seekdata.sources.wds.urls import is_remote, local_path, url_scheme
+from seekdata.sources.wds.urls import local_path
 
 #: ``format`` field of every index file.
 INDEX_FORMAT = "seekdata-wds-index"
@@ -145,12 +145,8 @@ class Shard:
 
 
 def index_path(path: str, index_dir: str | None) -> str:
-    """Where the index of the local shard ``path`` lives."""
-    if index_dir is None:
-        return path + INDEX_SUFFIX
-    real = os.path.realpath(path)
-    digest = hashlib.sha256(real.encode()).hexdigest()[:16]
-    return os.path.join(index_dir, f"{os.path.basename(real)}.{digest}{INDEX_SUFFIX}")
+    """Where the index of the local shard ``path`` lives (the floor's rule, this suffix)."""
+    return _indexes.index_path(path, INDEX_SUFFIX, index_dir)
 
 
 def scan_shard(path: str, url: str) -> ShardIndex:
@@ -283,13 +279,9 @@ def _loaded_problem(path: str, index: ShardIndex) -> str | None:
         return _tarcheck.end_problem(f.read(_BLOCK), index) or _tarcheck.unlisted_member(f, index)
 
 
-def _write_index(ipath: str, index: ShardIndex, url: str, index_dir: str | None) -> None:
-    if index_dir is not None:
-        os.makedirs(index_dir, exist_ok=True)
-    tmp = f"{ipath}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # atomic: ranks may race
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(index.to_json(url), f, separators=(",", ":"))
-    os.replace(tmp, ipath)
+def _write_index(ipath: str, index: ShardIndex, url: str) -> None:
+    data = json.dumps(index.to_json(url), separators=(",", ":")).encode()
+    _indexes.write_atomic(ipath, data)
 
 
 def load_or_build(
@@ -325,7 +317,7 @@ def load_or_build(
     if old is not None and not unchanged and not rebuild:
         raise _changed(url, old, st)
     try:
-        _write_index(ipath, new, url, index_dir)
+        _write_index(ipath, new, url)
     except OSError as exc:
         if not unchanged:  # an unchanged layout with a stale stamp still reads fine
             raise ValueError(

@@ -1,55 +1,20 @@
-"""Shard URLs for :mod:`seekdata.wds`: brace patterns expanded, and the local file to read
-for each URL (a path, a ``file:`` URL, or a ``pipe:`` command's output copied once). Remote
-URLs (:func:`is_remote`) are read by byte range through :mod:`seekdata.sources.remote`.
+"""The local file to read for each shard URL of :mod:`seekdata.wds` (a path, a ``file:`` URL, or
+a ``pipe:`` command's output copied once). Names are expanded, and schemes parsed, by the floor
+below (:mod:`seekdata.sources.files.paths`); remote URLs are read by byte range through
+:mod:`seekdata.sources.remote`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import subprocess
-from collections.abc import Iterable
 from urllib.parse import urlparse
 
-from seekdata.sources.remote.urls import SCHEMES, is_remote
+from seekdata.sources.files.paths import url_scheme
+from seekdata.sources.remote.urls import SCHEMES
 
-__all__ = ["expand_urls", "is_remote", "local_path", "url_scheme"]
-
-_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):")
-
-
-def expand_urls(urls: object) -> list[str]:
-    """Shard URLs from a brace pattern (``"shards-{000..099}.tar"``), a path, or a list."""
-    import braceexpand
-
-    if isinstance(urls, str):
-        out = list(braceexpand.braceexpand(urls))
-    elif isinstance(urls, os.PathLike):
-        out = [os.fspath(urls)]
-    elif isinstance(urls, Iterable) and not isinstance(urls, (bytes, bytearray)):
-        out = [os.fspath(u) if isinstance(u, os.PathLike) else u for u in urls]
-    else:
-        raise TypeError(
-            "urls: expected a brace pattern such as 'shards-{000..099}.tar', a path, "
-            f"or a list of paths, got {type(urls).__name__}"
-        )
-    for url in out:
-        if not isinstance(url, str):
-            raise TypeError(f"urls: every shard must be a str or os.PathLike path, got {url!r}")
-    if not out or "" in out:
-        raise ValueError(
-            f"urls: expected at least one shard, got {urls!r}, which names none "
-            "(or an empty path); pass a brace pattern such as 'shards-{000..099}.tar' "
-            "or a list of paths"
-        )
-    return out
-
-
-def url_scheme(url: str) -> str | None:
-    """The lower-cased scheme of ``url`` (``"pipe"``, ``"file"``, ...), None for a path."""
-    match = _URL_SCHEME.match(url)
-    return match.group(1).lower() if match else None
+__all__ = ["local_path", "pipe_copy"]
 
 
 def pipe_copy(url: str, index_dir: str) -> str:

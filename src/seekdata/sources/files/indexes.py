@@ -1,13 +1,20 @@
-"""Where the index of a remote object lives, and reading and writing it in one request.
+"""Where the index of a file lives, and writing it atomically; for a remote object, reading and
+writing it in one request.
 
-An index (a tar shard's member offsets, a token file's document boundaries, a Parquet
-file's footer) is built by one pass over the object the first time, then kept:
+An index (a tar shard's member offsets, a token file's document boundaries, a Parquet file's
+footer) is built by one pass over its file the first time, then kept:
 
-- under ``index_dir`` when one is given: a local file named after the object
-  (``<name>.<digest of the URL>.<suffix>``), read with no request at all;
+- for a local file: beside it, as ``<path><suffix>``, or under ``index_dir`` as
+  ``<name>.<digest of its real path><suffix>`` (:func:`index_path`);
+- for a remote object, under ``index_dir`` when one is given: a local file named after the
+  object (``<name>.<digest of the URL><suffix>``, :func:`local_index_path`), read with no
+  request at all;
 - else beside the object, as ``<url><suffix>`` in the same store, read with one GET —
   written there when the store takes the PUT;
 - else (a read-only store and no ``index_dir``): the build is refused, naming ``index_dir=``.
+
+Every local index is written by :func:`write_atomic`: ranks that build the same index at once
+each write a file of their own and rename it over the index, so a reader sees a whole one.
 """
 
 from __future__ import annotations
@@ -23,11 +30,37 @@ from seekdata.sources.remote.stores import Stores
 from seekdata.sources.remote.urls import locate
 
 
+def index_path(path: str, suffix: str, index_dir: str | None) -> str:
+    """Where the index of the local file ``path`` lives: beside it, or under ``index_dir``."""
+    if index_dir is None:
+        return path + suffix
+    real = os.path.realpath(path)
+    digest = hashlib.sha256(real.encode()).hexdigest()[:16]
+    return os.path.join(index_dir, f"{os.path.basename(real)}.{digest}{suffix}")
+
+
 def local_index_path(url: str, suffix: str, index_dir: str) -> str:
     """The file under ``index_dir`` that holds the index of the remote object ``url``."""
     digest = hashlib.sha256(url.encode()).hexdigest()[:16]
     name = posixpath.basename(locate(url).key) or "object"
     return os.path.join(index_dir, f"{name}.{digest}{suffix}")
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all (its folder made when missing): a file of
+    this process's own, renamed over ``path``, so ranks that race each leave a whole index."""
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def where(url: str, suffix: str, index_dir: str | None) -> str:
@@ -75,12 +108,8 @@ def save(stores: Stores, url: str, suffix: str, index_dir: str | None, data: byt
     """Keep ``data`` as the index of ``url``; ``ValueError`` naming ``index_dir=`` when the
     store refuses it and no ``index_dir`` was given."""
     if index_dir is not None:
-        path = local_index_path(url, suffix, index_dir)
         os.makedirs(index_dir, exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # atomic: ranks may race
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        write_atomic(local_index_path(url, suffix, index_dir), data)
         return
     loc = locate(url, stores.options).sibling(suffix)  # the object's URL checked, then its index's
     backend = stores.backend(loc)
