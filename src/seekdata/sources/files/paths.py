@@ -41,8 +41,9 @@ def braces(pattern: str, where: str) -> list[str]:
         return list(braceexpand.braceexpand(pattern))
     except braceexpand.UnbalancedBracesError as exc:
         raise ValueError(
-            f"{where}: {pattern!r} is a brace pattern with unbalanced braces ({exc}); write "
-            "each brace in a pair, e.g. 'shards-{000..099}.tar', or escape a literal one as \\{"
+            f"{where}: {pattern!r} is a brace pattern with unbalanced braces ({exc}); pass a "
+            "pattern whose braces pair up, e.g. 'shards-{000..099}.tar', or escape a literal "
+            "brace as \\{"
         ) from exc
 
 
@@ -60,7 +61,8 @@ def expand(
     else:
         raise TypeError(
             f"{where}: expected a brace pattern such as {example!r}, a path or URL, or a list "
-            f"of them; got {type(urls).__name__}"
+            f"of them; got {type(urls).__name__}; pass a path such as 'data/a.bin' as a str, or a "
+            "list of them"
         )
     for name in names:
         if not isinstance(name, str):
