@@ -89,12 +89,34 @@ class TransformedDataset(_source.WrapsSource, Dataset):
             )
         return value
 
+    def _batched(self) -> bool:
+        """``batched_read=True`` over a source that reads a batch at once, or that fetches a
+        batch's bytes ahead (declares ``prefetch``: the file-backed sources, whose
+        ``__getitems__`` is that fetch, then each item, and draws nothing)."""
+        if not self.batched_read:
+            return False
+        ds = self.dataset
+        return _source.reads_in_batches(ds) or (
+            _source.prefetch(ds) is not None and callable(getattr(ds, "__getitems__", None))
+        )
+
+    @property
+    def reads_batches(self) -> Any:
+        """True when :meth:`_batched` (this wrapper reads the batch, each transform under its
+        sample's key); else the wrapped dataset's declaration (source protocol)."""
+        if self._batched():
+            return True
+        value = _source.declared(self.dataset, "reads_batches")
+        if value is _source.ABSENT:
+            raise AttributeError(f"{type(self).__name__}: its dataset declares no reads_batches")
+        return value
+
     @property
     def __getitems__(self) -> Any:
         """With ``batched_read=True`` over a source that reads a batch at once: the loader's
         batched read (:meth:`_read_batch`); otherwise absent, and the loader fetches each
         sample with ``__getitem__`` under its key."""
-        if not (self.batched_read and _source.reads_in_batches(self.dataset)):
+        if not self._batched():
             raise AttributeError(
                 f"{type(self).__name__}: no __getitems__ (batched_read=False, or its dataset "
                 f"{type(self.dataset).__name__} reads one sample at a time)"
