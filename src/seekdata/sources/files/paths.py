@@ -39,7 +39,7 @@ def braces(pattern: str, where: str) -> list[str]:
         ) from exc
     try:
         return list(braceexpand.braceexpand(pattern))
-    except braceexpand.UnbalancedBracesError as exc:
+    except ValueError as exc:  # braceexpand's UnbalancedBracesError
         raise ValueError(
             f"{where}: {pattern!r} is a brace pattern with unbalanced braces ({exc}); pass a "
             "pattern whose braces pair up, e.g. 'shards-{000..099}.tar', or escape a literal "

@@ -78,7 +78,7 @@ class FileSource(Dataset[T]):
         if wanted:
             remote.prefetch(wanted, shards=self._streams)
 
-    def __getitems__(self, indices: Sequence[SupportsIndex]) -> list[Any]:
-        """The items ``indices``, in that order: :meth:`prefetch`, then each item."""
+    def __getitems__(self, indices: Sequence[int]) -> Any:
+        """The items ``indices``, in that order: :meth:`prefetch`, then each item (a list)."""
         self.prefetch(indices)
-        return [self[i] for i in indices]  # type: ignore[index]
+        return [self[i] for i in indices]
