@@ -6,6 +6,7 @@ rule holds at the remote-reading entry points."""
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 import re
 from typing import Any
@@ -134,6 +135,37 @@ def test_the_lru_keeps_at_most_the_limit_and_closes_what_it_drops(monkeypatch: A
     assert lru.get(1, lambda: -1) == 10  # kept: not opened again
     lru.close()
     assert sorted(closed) == [10, 20, 30] and len(lru) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_a_forked_child_opens_its_own_files_and_closes_the_inherited_ones(
+    tmp_path: pathlib.Path,
+) -> None:
+    (tmp_path / "a").write_bytes(b"a")
+    (tmp_path / "b").write_bytes(b"b")
+    lru: handles.OpenFiles[int] = handles.OpenFiles(close=os.close)
+    fd = lru.get("a", lambda: os.open(tmp_path / "a", os.O_RDONLY))
+    pid = os.fork()
+    if pid == 0:  # the child: the inherited fd is closed before a new file opens in its own LRU
+        status = 1
+        try:
+            closed = []
+
+            def opener() -> int:
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    closed.append(fd)
+                return os.open(tmp_path / "b", os.O_RDONLY)
+
+            mine = lru.get("b", opener)
+            status = 0 if (closed, len(lru), os.pread(mine, 1, 0)) == ([fd], 1, b"b") else 2
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.pread(fd, 1, 0) == b"a" and len(lru) == 1  # the parent's copy is its own
+    lru.close()
 
 
 def test_the_index_writer_is_atomic_and_places_local_indexes(tmp_path: pathlib.Path) -> None:

@@ -29,8 +29,9 @@ V = TypeVar("V")
 class OpenFiles(Generic[V]):
     """An LRU of open files (memmaps, ``ParquetFile`` objects, descriptors), keyed by what the
     holder reads them by, at most :data:`MAX_OPEN_FILES`; emptied in a forked child (its parent
-    keeps its own). ``close`` closes a dropped one (a descriptor); None: dropped references are
-    closed when the last view of them goes. Thread-safe; not pickled (a holder drops it)."""
+    keeps its own: a child closes its inherited copies). ``close`` closes a dropped one (a
+    descriptor); None: dropped references are closed when the last view of them goes.
+    Thread-safe; not pickled (a holder drops it)."""
 
     def __init__(self, close: Callable[[V], Any] | None = None) -> None:
         self._close = close
@@ -41,10 +42,19 @@ class OpenFiles(Generic[V]):
         self._lock = threading.Lock()  # not the parent's: another thread may have held it
         self._open: OrderedDict[Hashable, V] = OrderedDict()
 
+    def _forked(self) -> None:
+        """In a forked child: close the inherited copies (the parent keeps its own), start anew.
+        The parent's lock is not taken: another thread of the parent may have held it."""
+        inherited = list(self._open.values())
+        self._reset()
+        if self._close is not None:
+            for old in inherited:
+                self._close(old)
+
     def get(self, key: Hashable, opener: Callable[[], V]) -> V:
         """The open file ``key``, opened with ``opener()`` when it is not open in this process."""
         if self.pid != os.getpid():
-            self._reset()  # a forked child: the parent's objects are the parent's
+            self._forked()
         with self._lock:
             value = self._open.get(key)
             if value is not None:
@@ -67,7 +77,7 @@ class OpenFiles(Generic[V]):
     def close(self) -> None:
         """Drop (and close) every file this process opened."""
         if self.pid != os.getpid():
-            self._reset()
+            self._forked()
             return
         with self._lock:
             dropped = list(self._open.values())
