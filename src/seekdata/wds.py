@@ -13,8 +13,9 @@ Shard-aware orders read :attr:`TarShards.shard_sizes` and
 sequentially while the epoch is still shuffled.
 
 Remote shards (``s3://``, ``gs://``, ``az://``, ``https://``, ``hf://``) are read by byte
-range through :mod:`seekdata.sources.remote`; for them ``TarShards(...)`` returns a
-:class:`RemoteTarShards`, which also reads a whole batch at once (docs/remote.md).
+range through :mod:`seekdata.sources.remote` by the same class, whose ``prefetch`` fetches a
+batch's byte ranges at once (docs/remote.md); ``RemoteTarShards``, the subclass earlier
+releases returned for them, is another name for :class:`TarShards` now.
 
 The implementation lives in :mod:`seekdata.sources.wds.shards`; this module only re-exports.
 """
