@@ -18,8 +18,10 @@ per-sample work; ``("torch", "numpy")``: two generators; ``True``: the three of 
 Without reseeding a sample costs ~0.1 µs, so those cases run ``--samples`` (1e6); reseeding costs
 µs a sample (torch's ``manual_seed`` alone ~5 µs), so those run a tenth as many.
 
-Each case runs ``--rounds`` times in a new random order every round; the table gives the
-median (and min-max) ns per sample. Compare two commits by running the script on each.
+Times are this process's CPU time (``time.process_time``), which a shared machine's load
+disturbs less than wall time. Each case runs ``--rounds`` times in a new random order every
+round; the table gives the median (and min-max) ns per sample. To compare two commits, alternate
+runs of the script on each (``--rounds 1`` a run) and compare the medians over runs.
 """
 
 from __future__ import annotations
@@ -47,10 +49,10 @@ def fetch_s(n: int, batch_size: int, reseed: Any) -> float:
         for b, i in enumerate(range(0, n, batch_size))
     ]
     fetch = keyed.__getitems__
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for planned in batches:
         fetch(planned)
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def loader_s(n: int, batch_size: int, reseed: Any) -> float:
@@ -58,10 +60,10 @@ def loader_s(n: int, batch_size: int, reseed: Any) -> float:
     loader = seekdata.StatefulDataLoader(
         H.Indices(n), batch_size=batch_size, seed=0, reseed_global_rng=reseed
     )
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in loader:
         pass
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def main() -> None:

@@ -400,20 +400,20 @@ class Mixture(torch.utils.data.Dataset):
             raise ArgumentError(f"Mixture: index must be an int; got {type(position).__name__}")
         if not 0 <= position < self.length:
             raise IndexError(f"Mixture: index must be in [0, {self.length}); got {position}")
-        fetch = _sample.current
-        in_fetch = fetch.now[_sample.INDEX] != -1  # a seekdata loader fetches: its epoch is ours
-        k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
+        fetch = _sample.fetching()  # a seekdata loader fetches: its epoch is ours
+        in_fetch = fetch is not None
+        k, source_epoch, index = self.locate(int(position), fetch[1] if fetch is not None else None)
         if isinstance(self.datasets[k], _changes.Gone):
             name = repr(self.names[k]) if self.names is not None else str(k)
             raise RuntimeError(
                 f"Mixture: source {name} is Mixture.gone (removed): it cannot be fetched, but "
-                f"position {position} of epoch {self.epoch if not in_fetch else fetch.epoch} "
+                f"position {position} of epoch {self.epoch if fetch is None else fetch[1]} "
                 f"reads it; resume from a checkpoint saved after its removal, or pass its dataset"
             )
         seed = self.source_seeds[k]
         # a thread worker never reseeds global RNG, which every thread shares (the loader
         # watches it instead: docs/threads.md)
-        reseed = self.reseed_global_rng and not fetch.threaded
+        reseed = self.reseed_global_rng and not _sample.threaded()
         seeds = sample_seeds(seed, source_epoch, index) if reseed else None
         # in the main process outside a loader, put the caller's global RNG back afterwards;
         # inside a seekdata loader that reseeds, the loader does it once per batch
