@@ -12,8 +12,9 @@ import numpy as np
 import torch.utils.data
 
 from seekdata._core import dist as _dist
+from seekdata._core import grown as _grown
+from seekdata._core import identity as _identity
 from seekdata._core import partition as _partition
-from seekdata._core import reshape as _reshape
 from seekdata._core import source as _source
 from seekdata._core import state as _state
 from seekdata._core.checks import check_bool, check_counter, check_int
@@ -257,7 +258,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
             _state.K_WORLD_SIZE: self.num_replicas,
             _state.K_ORIGIN: self.cursor.origin_field(now),
             **self.grown_field(),
-            **_reshape.stream_records(self.dataset, now.epoch, now.position),
+            **_identity.stream_records(self.dataset, now.epoch, now.position),
         }
 
     def grown_field(self) -> dict[str, Any]:
@@ -269,13 +270,13 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         ``grow=True``: the dataset grew (append-only) since the state was saved."""
         where = "DistributedSampler.load_state_dict"
         if check_bool(grow, "grow", where):
-            growths = _reshape.growth_at(state, self.growths, self.n, where, self.dataset)
+            growths = _grown.growth_at(state, self.growths, self.n, where, self.dataset)
             n_then = int(state[_state.K_N])
         else:
-            n_then, growths = _reshape.check_grown(state, self.growths, self.n, where, self.dataset)
+            n_then, growths = _grown.check_grown(state, self.growths, self.n, where, self.dataset)
         expected = {_state.K_KIND: "sampler", **self.stream_fields(), **self.fields_then(n_then)}
         # what identifies the data first (its length, its own stream), then drop_last
-        rest = _reshape.check_data(state, expected, self.dataset, n_then, where, strict)
+        rest = _identity.check_data(state, expected, self.dataset, n_then, where, strict)
         self.check_state(state, rest, where, strict)
         if growths != self.growths:
             self.grow(growths)

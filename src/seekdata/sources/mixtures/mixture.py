@@ -35,12 +35,14 @@ import torch.utils.data
 from seekdata._core import globalrng as _globalrng
 from seekdata._core import sample as _sample
 from seekdata._core import source as _source
+from seekdata._core import state as _state
 from seekdata._core import streams as _streams
 from seekdata._core.checks import ArgumentError, check_bool, check_counter, is_int
 from seekdata._core.growth import signature_then
 from seekdata._core.orders import Feistel, Order, feistel_index, make_order
 from seekdata._core.rngkeys import sample_seeds
 from seekdata.sources.mixtures import changes as _changes
+from seekdata.sources.mixtures import records as _records
 from seekdata.sources.mixtures.growth import SourceLengths, grown_sources
 from seekdata.sources.mixtures.schedule import (
     Schedule,
@@ -310,9 +312,20 @@ class Mixture(torch.utils.data.Dataset):
         return (repr(self.names[k]) if self.names is not None else str(k)), self.datasets[k]
 
     def stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
-        """Read by the loader (:class:`seekdata.sources.SeekableSource`): the state keys of a
-        mixture with changes, at its cursor."""
-        return _changes.records(self, epoch, position, always)
+        """Read by the loader (:class:`seekdata.sources.SeekableSource`): the state keys this
+        mixture owns at its cursor: its changes (``prefix``, ``history``: with changes, or
+        ``always``) and its sources' own signatures (``sources``: where any defines one)."""
+        out = _changes.records(self, epoch, position, always)
+        signed = self.source_signatures()
+        if signed:
+            out[_state.K_SOURCES] = signed
+        return out
+
+    def check_records(self, state: Mapping[str, Any], where: str, strict: bool) -> None:
+        """Read by the loader at ``load_state_dict`` (:class:`seekdata.sources.SeekableSource`):
+        a state saved over this mixture, or over one that agrees on the stream consumed
+        (:func:`seekdata.sources.mixtures.records.check_records`)."""
+        _records.check_records(self, state, where, strict)
 
     def _make_order(self, k: int) -> Order:
         n, seed, ds = self.sizes[k], self.source_seeds[k], self.datasets[k]
