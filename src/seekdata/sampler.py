@@ -13,10 +13,8 @@ A face: the implementation is :mod:`seekdata._core.sampler`.
 
 from __future__ import annotations
 
-from seekdata._core.sampler import DistributedSampler
-
-# not public: the loader's engines check a dataset's length with it (import it from
-# seekdata._core.sampler in new code)
-from seekdata._core.sampler import dataset_length  # noqa: F401
+# dataset_length is not public: the loader's engines import it from here (new code: from
+# seekdata._core.sampler)
+from seekdata._core.sampler import DistributedSampler, dataset_length  # noqa: F401
 
 __all__ = ["DistributedSampler"]
