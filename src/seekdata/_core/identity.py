@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from seekdata._core import source as _source
+from seekdata._core.checks import is_state_int
 from seekdata._core.growth import signature_then
 from seekdata._core.state import (
     BATCH_FIELDS,
@@ -28,9 +29,12 @@ from seekdata._core.state import (
     K_EPOCH,
     K_KIND,
     K_POSITION,
+    K_SOURCES,
+    StateMismatchError,
     check_dataset,
     check_fields,
     check_form,
+    warn_caller,
 )
 
 __all__ = ["check_data", "check_stream", "stream_records"]
@@ -64,12 +68,16 @@ def check_data(
 def stream_records(dataset: Any, epoch: int, position: int) -> dict[str, Any]:
     """What a loader's or sampler's state records of ``dataset``'s own stream at the cursor:
     its ``stream_signature`` (:data:`K_DATASET`) and the records a source with a history keeps
-    (its ``stream_records``: a mixture's changes and its sources' signatures)."""
+    (its ``stream_records``: a mixture's changes), and for a dataset made of sources each
+    source's own signature (:data:`K_SOURCES`)."""
     out: dict[str, Any] = {}
     signature = signature_then(dataset, None)
     if signature is not None:
         out[K_DATASET] = signature
     out.update(_source.stream_records(dataset, epoch, position))
+    signed = _source.source_signatures(dataset)
+    if signed:
+        out[K_SOURCES] = signed
     return out
 
 
@@ -85,6 +93,7 @@ def check_stream(
     here = _source.stream_records(dataset, state[K_EPOCH], state[K_POSITION], always=True)
     if state.get(K_KIND) == "sampler" and K_DATASET not in state and not here.keys() & state:
         return
+    _check_sources(state, dataset, where, strict)
     if _source.check_records(dataset, state, where, strict):  # the source's own records
         return
     signature = signature_then(dataset, n_then)
@@ -96,3 +105,38 @@ def check_stream(
         else ""
     )
     check_dataset(state, signature, type(dataset), where, strict, detail)
+
+
+def _check_sources(state: Mapping[str, Any], dataset: Any, where: str, strict: bool) -> None:
+    """Each source of a dataset made of sources (a mixture) recorded with its own stream
+    (:data:`K_SOURCES`) against the source with that id here: its first ``length`` items must be
+    what they were. A source removed since (``Mixture.gone``) or absent is not read, so not
+    checked; a state without the record (an older release, or no source with a stream) is not
+    checked."""
+    recorded = state.get(K_SOURCES)
+    if not recorded or not _source.finds_sources(dataset):
+        return
+    for entry in recorded:
+        if not (isinstance(entry, list) and len(entry) == 3 and is_state_int(entry[0])
+                and is_state_int(entry[1]) and isinstance(entry[2], str)):  # fmt: skip
+            raise StateMismatchError(
+                f"{where}: each of state[{K_SOURCES!r}] must be [source id, length, "
+                f"signature]; got {entry!r}; pass an unmodified state_dict()"
+            )
+        found = _source.source_with_id(dataset, entry[0])
+        if found is None:
+            continue
+        label, source = found
+        now = signature_then(source, entry[1]) if len(source) >= entry[1] else None
+        if now == entry[2]:
+            continue
+        problem = (
+            f"source {label} is not the data the checkpoint read: the signature of its first "
+            f"{entry[1]} items is {now!r} here but {entry[2]!r} in the checkpoint"
+        )
+        if strict:
+            raise StateMismatchError(
+                f"{where}: {problem}; build that source on the same files in the same order "
+                f"(sort a glob), or strict=False to continue over this data from the cursor"
+            )
+        warn_caller(f"{where}: {problem}; continuing (strict=False) over this data")

@@ -35,7 +35,6 @@ import torch.utils.data
 from seekdata._core import globalrng as _globalrng
 from seekdata._core import sample as _sample
 from seekdata._core import source as _source
-from seekdata._core import state as _state
 from seekdata._core import streams as _streams
 from seekdata._core.checks import ArgumentError, check_bool, check_counter, is_int
 from seekdata._core.growth import signature_then
@@ -313,13 +312,9 @@ class Mixture(torch.utils.data.Dataset):
 
     def stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
         """Read by the loader (:class:`seekdata.sources.SeekableSource`): the state keys this
-        mixture owns at its cursor: its changes (``prefix``, ``history``: with changes, or
-        ``always``) and its sources' own signatures (``sources``: where any defines one)."""
-        out = _changes.records(self, epoch, position, always)
-        signed = self.source_signatures()
-        if signed:
-            out[_state.K_SOURCES] = signed
-        return out
+        mixture owns at its cursor, its changes (``prefix``, ``history``: with changes, or
+        ``always``; :mod:`seekdata.sources.mixtures.records`)."""
+        return _changes.records(self, epoch, position, always)
 
     def check_records(self, state: Mapping[str, Any], where: str, strict: bool) -> None:
         """Read by the loader at ``load_state_dict`` (:class:`seekdata.sources.SeekableSource`):

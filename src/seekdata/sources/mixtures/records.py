@@ -5,11 +5,11 @@ A loader's or sampler's state over a :class:`seekdata.Mixture` records, beside t
 
 - ``prefix`` (:data:`seekdata.state.K_PREFIX`): the signature of the stream consumed so far,
   written once the mixture has changes (a schedule, ``Mixture.changed``);
-- ``history`` (:data:`seekdata.state.K_HISTORY`): one record per change that took effect;
-- ``sources`` (:data:`seekdata.state.K_SOURCES`): each source's own ``stream_signature``,
-  where its sources define one (token corpora, tar shards).
+- ``history`` (:data:`seekdata.state.K_HISTORY`): one record per change that took effect.
 
-At ``load_state_dict`` the core asks the mixture to check them (its ``check_records``):
+(Its sources' own signatures, ``sources``, are the source protocol's: any dataset made of
+sources records and checks them, :mod:`seekdata._core.identity`.) At ``load_state_dict`` the
+core asks the mixture to check its records (its ``check_records``):
 :func:`check_records` accepts a state that agrees on the stream consumed even if the mixture
 changed after it, and refuses the others naming the first change that differs
 (:func:`describe_change`, also what ``seekdata inspect`` prints).
@@ -28,11 +28,8 @@ from seekdata._core.state import (
     K_HISTORY,
     K_POSITION,
     K_PREFIX,
-    K_SOURCES,
-    StateMismatchError,
     check_dataset,
     describe_same,
-    warn_caller,
 )
 
 __all__ = ["SAME", "check_records", "describe_change"]
@@ -44,46 +41,11 @@ describe_same("Mixture", SAME)
 
 
 def check_records(mix: Any, state: Mapping[str, Any], where: str, strict: bool) -> None:
-    """``state``'s records of a mixture against ``mix`` (a :class:`seekdata.Mixture`): each
-    recorded source's own stream, then the stream: the same, or the same consumed."""
-    _check_sources(mix, state, where, strict)
+    """``state``'s records of a mixture against ``mix`` (a :class:`seekdata.Mixture`): the
+    same stream, or the same stream consumed."""
     here = mix.stream_records(state[K_EPOCH], state[K_POSITION], True)
     _check_consumed(state, signature_then(mix, None), here[K_PREFIX], here.get(K_HISTORY, []),
                   type(mix), where, strict)  # fmt: skip
-
-
-def _check_sources(mix: Any, state: Mapping[str, Any], where: str, strict: bool) -> None:
-    """Each source of a mixture recorded with its own stream (:data:`K_SOURCES`) against the
-    source with that id here: its first ``length`` items must be what they were. A source
-    removed since (``Mixture.gone``) or absent is not read, so not checked; a state without the
-    record (an older release, or no source with a stream) is not checked."""
-    recorded = state.get(K_SOURCES)
-    if not recorded:
-        return
-    for entry in recorded:
-        if not (isinstance(entry, list) and len(entry) == 3 and is_state_int(entry[0])
-                and is_state_int(entry[1]) and isinstance(entry[2], str)):  # fmt: skip
-            raise StateMismatchError(
-                f"{where}: each of state[{K_SOURCES!r}] must be [source id, length, "
-                f"signature]; got {entry!r}; pass an unmodified state_dict()"
-            )
-        found = mix.source_with_id(entry[0])
-        if found is None:
-            continue
-        label, source = found
-        now = signature_then(source, entry[1]) if len(source) >= entry[1] else None
-        if now == entry[2]:
-            continue
-        problem = (
-            f"source {label} is not the data the checkpoint read: the signature of its first "
-            f"{entry[1]} items is {now!r} here but {entry[2]!r} in the checkpoint"
-        )
-        if strict:
-            raise StateMismatchError(
-                f"{where}: {problem}; build that source on the same files in the same order "
-                f"(sort a glob), or strict=False to continue over this data from the cursor"
-            )
-        warn_caller(f"{where}: {problem}; continuing (strict=False) over this data")
 
 
 def _check_consumed(
