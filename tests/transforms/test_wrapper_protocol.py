@@ -57,6 +57,10 @@ class Declares(torch.utils.data.Dataset):
     def stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
         return {"records": [epoch, position, always]}
 
+    def check_records(self, state: Any, where: str, strict: bool) -> None:
+        if state.get("records") is None:  # accepts its own records only
+            raise seekdata.StateMismatchError(f"{where}: no records")
+
     def source_signatures(self) -> list[list[Any]]:
         return [[0, 6, "Declares(n=6, sig)"]]
 
@@ -82,6 +86,7 @@ CALLS: dict[str, tuple[Any, ...]] = {
     "signature_of_first": (3,),
     "shard_sizes_of_first": (5,),
     "stream_records": (2, 7, True),
+    "check_records": ({"records": [2, 7, True]}, "here", True),
     "source_signatures": (),
     "source_with_id": (0,),
     "prefetch": ([1, 2],),
@@ -144,6 +149,7 @@ def test_every_accessor_answers_through_every_wrapper(wrap: Callable[[Any], Any]
                 continue
             args = {
                 "stream_records": (2, 7, True),
+                "check_records": ({"records": [2, 7, True]}, "here", True),
                 "source_with_id": (0,),
             }.get(name, ())
             mine, theirs = accessor(wrapped, *args), accessor(source, *args)

@@ -28,6 +28,7 @@ __all__ = [
     "SeekableSource",
     "WrapsSource",
     "append_stable",
+    "check_records",
     "declared",
     "finds_sources",
     "grow_instead",
@@ -91,6 +92,13 @@ class SeekableSource(Protocol):
         the keys even where nothing changed yet (the loader's check asks so). Without it: the
         state records only ``stream_signature``. (Earlier releases called it
         ``_stream_records``, a private name; the loader reads only this one.)
+    ``check_records(state, where, strict) -> None``
+        The dataset's own check of the keys its ``stream_records`` wrote, at
+        ``load_state_dict``: return when ``state`` continues this dataset's stream, raise
+        ``StateMismatchError`` naming what differs when it does not (with ``strict=False``:
+        warn and return). It is asked instead of the ``stream_signature`` comparison, so it
+        decides the signature too. Without it: the state's ``stream_signature`` must be the
+        dataset's.
     ``source_signatures() -> list[[id, length, signature]]``
         For a dataset made of sources, each source's ``stream_signature``: a state records them
         so that a source rebuilt on other data is refused by id. Without it: none recorded.
@@ -137,6 +145,7 @@ MEMBERS = (
     "shard_sizes",
     "shard_sizes_of_first",
     "stream_records",
+    "check_records",
     "source_signatures",
     "source_with_id",
     "shuffles_itself",
@@ -323,6 +332,16 @@ def stream_records(dataset: Any, epoch: int, position: int, always: bool = False
 def has_stream_records(dataset: Any) -> bool:
     """Whether ``dataset`` declares ``stream_records`` (a stream with a history)."""
     return callable(declared(dataset, "stream_records"))
+
+
+def check_records(dataset: Any, state: Any, where: str, strict: bool) -> bool:
+    """``dataset.check_records(state, where, strict)``, and True: the dataset checked its own
+    records; False without it (the caller compares the signature)."""
+    check = declared(dataset, "check_records")
+    if not callable(check):
+        return False
+    check(state, where, strict)
+    return True
 
 
 def source_signatures(dataset: Any) -> list[list[Any]]:

@@ -11,7 +11,6 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from seekdata._core import source as _source
 from seekdata._core.checks import is_state_int
 
 __all__ = [
@@ -29,6 +28,7 @@ __all__ = [
     "check_resize",
     "check_state",
     "check_step",
+    "describe_same",
     "warn_caller",
     "warn_rewind",
 ]
@@ -147,11 +147,13 @@ _FIX_GREW = (
     "if the dataset grew since (append-only), load_state_dict(state, grow=True) "
     "(docs/growth.md); else pass the same dataset, or strict=False to keep the cursor on it"
 )
-#: What "the same dataset" means, for a mixture and for any other dataset with a signature.
-_SAME = {
-    True: "the same sources, weights and seed",
-    False: "the same data in the same order, and the same arguments",
-}
+#: What "the same dataset" means in the fix of a refused signature, unless the dataset's own
+#: check says it (``check_dataset(same=...)``) or its family registered its wording
+#: (:func:`describe_same`).
+_SAME_DATA = "the same data in the same order, and the same arguments"
+#: A family's wording, by the kind its signatures start with (``Kind(...)``): a state saved over
+#: one is refused with it even by a dataset of another family. Filled by :func:`describe_same`.
+_SAME_BY_KIND: dict[str, str] = {}
 
 #: What continuing means, for a mismatch that ``strict=False`` lets through (with a warning).
 _CONTINUES = {
@@ -326,11 +328,15 @@ def check_dataset(
     where: str,
     strict: bool,
     detail: str = "",
+    same: str | None = None,
 ) -> None:
     """A loader state's dataset signature (:data:`K_DATASET`) against this loader's dataset's
     ``stream_signature`` (``here``; None for a dataset without one), both ways: a state saved
     over a dataset with its own stream loads only into that stream, and a dataset with its own
-    stream takes only a state saved over it. ``detail``: how the two differ, if known."""
+    stream takes only a state saved over it. ``detail``: how the two differ, if known;
+    ``same``: what "the same dataset" means for it (default: the wording the family of the
+    checkpoint's signature registered with :func:`describe_same`, else the same data and
+    arguments)."""
     old = state.get(K_DATASET)
     if old == here:
         return
@@ -348,10 +354,19 @@ def check_dataset(
     else:
         problem = f"{K_DATASET} is {old!r} in the checkpoint but {here!r} here{detail}"
     if strict:
-        mixture = _source.has_stream_records(dataset) or str(old).startswith("Mixture(")
-        same = _SAME[mixture]  # a Mixture's: the same sources and weights
+        if same is None:
+            kind = old.partition("(")[0] if isinstance(old, str) else None
+            same = _SAME_BY_KIND.get(kind, _SAME_DATA) if kind else _SAME_DATA
         raise StateMismatchError(f"{where}: {problem}; {_FIX[K_DATASET].format(same=same)}")
     warn_caller(f"{where}: {problem}; continuing (strict=False): {_CONTINUES[K_DATASET]}")
+
+
+def describe_same(kind: str, same: str) -> None:
+    """Register what "the same dataset" means for signatures that start with ``kind(``: a
+    source family whose ``stream_signature`` names its kind (``Mixture(...)``) calls it once, at
+    import, so that a state saved over one of its datasets is refused with its wording even by
+    a dataset of another family."""
+    _SAME_BY_KIND[kind] = same
 
 
 def check_in_order(in_order: bool) -> None:

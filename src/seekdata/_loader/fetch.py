@@ -30,8 +30,7 @@ from seekdata._core import globalrng as _globalrng
 from seekdata._core import sample as _sample
 from seekdata._core import source as _source
 from seekdata._core import streams as _streams
-from seekdata._core.rngkeys import batch_counters, seed_columns
-from seekdata._core.sample import AT, FRESH, IN_BATCH, IN_READ, INDEX, INDICES, ITER
+from seekdata._core.rngkeys import batch_counters
 from seekdata._loader import workers as _workers
 from seekdata._loader.plan import PlannedBatch
 
@@ -184,10 +183,7 @@ class KeyedDataset(torch.utils.data.Dataset):
             saved = self._callers(reseed)  # restored by Collate
             _, epoch, step, digest = batch_counters(planned.epoch, planned.batch, planned.indices)
             _streams.seed_globals(_streams.read_seeds(self.seed, epoch, step, digest), reseed)
-        f = _sample.current
-        f.seed, f.epoch = self.seed, planned.epoch
-        now = f.now
-        now[INDEX], now[ITER], now[INDICES] = IN_READ, None, planned  # sample_rng(): its stream
+        _sample.enter_read(self.seed, planned)  # sample_rng(): the batch's stream
         try:
             samples = self.dataset.__getitems__(list(planned.indices))  # a list, as torch passes
         except BaseException as e:
@@ -199,7 +195,7 @@ class KeyedDataset(torch.utils.data.Dataset):
                 _note(e, f"while {_reading(self.dataset, planned)}")
             raise
         finally:
-            now[INDEX], now[ITER], now[INDICES] = -1, None, ()
+            _sample.exit_read()
         error = _miscount(self.dataset, planned, samples)
         if error is not None:
             if saved is not None:
@@ -213,52 +209,19 @@ class KeyedDataset(torch.utils.data.Dataset):
         if reseed and self.reseeds_itself:
             reseed = ()
         indices = planned.indices
-        getitem = self.dataset.__getitem__
-        fetch = _sample.current  # the hot loop: enter_sample inlined, the batch's key set once
-        fetch.seed, fetch.epoch = self.seed, planned.epoch
-        now = fetch.now  # list items: far cheaper than thread-local attributes (_sample._Fetch)
-        try:
-            if not reseed:
-                # no per-sample work: map() in C, sample_rng() reads the index off the iterator
-                seq = iter(indices)
-                now[ITER], now[INDICES], now[AT], now[INDEX] = seq, indices, -1, IN_BATCH
-                out = _Fetched(map(getitem, seq))
-                if len(out) != len(indices):  # a StopIteration from getitem ends map() early
-                    raise _stopped(self.dataset, indices[len(out)])
-            else:
-                out = _Fetched()
-                append = out.append
-                torch_col, np_col, py_col = seed_columns(self.seed, planned.epoch, indices)
-                if reseed == _globalrng.GENERATORS:
-                    # rng.seed_globals((a, b, c)), inlined: a call per sample costs ~2%
-                    torch_seed, np_seed, py_cseed, py_inst = _globalrng.inline_seeders()
-                    for index, a, b, c in zip(indices, torch_col, np_col, py_col, strict=True):
-                        now[INDEX] = index
-                        now[FRESH] = True
-                        torch_seed(a)
-                        np_seed(b)
-                        py_cseed(py_inst, c)
-                        py_inst.gauss_next = None
-                        append(getitem(index))
-                else:
-                    # rng.seed_globals(row, reseed), its calls made here: a call per sample
-                    # costs a fifth of this path
-                    cols = (torch_col, np_col, py_col)
-                    calls = [(seeder, cols[c]) for c, seeder in _globalrng.seeders(reseed)]
-                    for i, index in enumerate(indices):
-                        now[INDEX] = index
-                        now[FRESH] = True
-                        for seeder, column in calls:
-                            seeder(column[i])
-                        append(getitem(index))
+        out = _Fetched()
+        try:  # the hot loop is the sample context's (one call per batch)
+            _sample.fetch_batch(
+                out, self.dataset.__getitem__, self.seed, planned.epoch, indices, reseed
+            )
+            if len(out) != len(indices):  # a StopIteration from getitem ends map() early
+                raise _stopped(self.dataset, indices[len(out)])
         except BaseException as e:
             if saved is not None:
                 _globalrng.restore(saved)
             if isinstance(e, StopIteration):  # torch's iterator would end the epoch silently
-                raise _stopped(self.dataset, now[INDEX]) from e
+                raise _stopped(self.dataset, indices[len(out)]) from e
             raise
-        finally:
-            now[INDEX], now[FRESH], now[ITER] = -1, False, None  # _sample.exit_sample(), inlined
         out.planned = planned
         out.saved = saved
         return out

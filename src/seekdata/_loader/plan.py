@@ -141,13 +141,12 @@ def _run(plan: Plan, batch0: int, limit: int) -> Iterator[PlannedBatch]:
     """At most ``limit`` batches of ``plan``, numbered from ``batch0``."""
     geo, b = plan.geo, plan.batch_size
     assert geo is not None  # a seekable plan
-    start, local = plan.start_position, plan.local
+    start, local, span = plan.start_position, plan.local, plan.span  # span: batches of local
     if batch0 != plan.batch0:  # after a hole
         start = geo.position_after(start, (batch0 - plan.batch0) * b)
         local = geo.local_len(start)
-    total = min(
-        _partition.batches(local, b, plan.drop_last) * b, local, limit * b
-    )  # the last may be short
+        span = _partition.batches(local, b, plan.drop_last)
+    total = min(span * b, local, limit * b)  # the last may be short
     # the first chunk is one batch (a fast first batch, at resume too), then chunks of ~64K
     # positions: an order's call has a fixed cost (the Feistel's cycle-walking passes, ~0.2 ms
     # each), so few large calls keep the order's share of a batch small

@@ -4,7 +4,7 @@ collate batches ahead of the step, handed out in order.
 The batches are the same as process workers' because nothing a fetch draws is stateful: each
 sample's stream is keyed by its counters (:func:`seekdata.sample_rng`, ``seekdata.transforms``,
 batch transforms), whichever thread fetches it, and the per-sample context
-(:data:`seekdata._core.sample.current`) is each thread's own. What threads cannot make exact is a
+(:mod:`seekdata._core.sample`) is each thread's own. What threads cannot make exact is a
 draw from torch's, numpy's or ``random``'s *global* generator, which every thread shares: the loader
 never reseeds them in a thread (a seed written by one thread would be drawn by another) and watches
 them instead (:class:`RngWatch`): a batch during which they moved raises, naming
@@ -289,7 +289,7 @@ class Pool:
 def _loop(shared: _Shared, i: int, info: Any, worker_init_fn: Callable[[int], None] | None) -> None:
     """One worker thread: ``worker_init_fn``, then the batches its queue gets."""
     _local.info = info
-    _sample.current.threaded = True
+    _sample.mark_threaded()
     cond, queue = shared.cond, shared.queues[i]
     try:
         if worker_init_fn is not None:

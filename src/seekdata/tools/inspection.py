@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from seekdata._core import state as _state
-from seekdata._core.reshape import describe_change
+from seekdata.sources.mixtures.records import describe_change
 from seekdata.tools import _command
 from seekdata.tools._readckpt import read_checkpoint, some, too_deep
 

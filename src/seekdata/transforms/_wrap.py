@@ -128,15 +128,15 @@ class TransformedDataset(_source.WrapsSource, Dataset):
         own key, as :meth:`__getitem__` would run it: ``sample_rng()`` at (seed, epoch, index),
         global RNG reseeded from the same key (:func:`seekdata._core.rngkeys.seed_columns`,
         the loader's per-sample derivation)."""
-        fetch = _sample.current
-        if fetch.now[_sample.INDEX] != _sample.IN_READ:
+        fetch = _sample.reading()
+        if fetch is None:
             raise RuntimeError(
                 f"TransformedDataset.__getitems__({list(indices)[:8]}) must run inside a "
                 "seekdata loader's batched read, which supplies the batch's (seed, epoch); it "
                 "was called outside one. Iterate it with seekdata.StatefulDataLoader, or call "
                 "ds.get(index, seed=..., epoch=...) per sample"
             )
-        seed, epoch = fetch.seed, fetch.epoch
+        seed, epoch = fetch
         samples = self.dataset.__getitems__(indices)
         if isinstance(samples, Mapping) or len(samples) != len(indices):
             got = "a mapping" if isinstance(samples, Mapping) else f"{len(samples)} samples"

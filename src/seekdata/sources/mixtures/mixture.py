@@ -41,6 +41,7 @@ from seekdata._core.growth import signature_then
 from seekdata._core.orders import Feistel, Order, feistel_index, make_order
 from seekdata._core.rngkeys import sample_seeds
 from seekdata.sources.mixtures import changes as _changes
+from seekdata.sources.mixtures import records as _records
 from seekdata.sources.mixtures.growth import SourceLengths, grown_sources
 from seekdata.sources.mixtures.schedule import (
     Schedule,
@@ -310,9 +311,16 @@ class Mixture(torch.utils.data.Dataset):
         return (repr(self.names[k]) if self.names is not None else str(k)), self.datasets[k]
 
     def stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
-        """Read by the loader (:class:`seekdata.sources.SeekableSource`): the state keys of a
-        mixture with changes, at its cursor."""
+        """Read by the loader (:class:`seekdata.sources.SeekableSource`): the state keys this
+        mixture owns at its cursor, its changes (``prefix``, ``history``: with changes, or
+        ``always``; :mod:`seekdata.sources.mixtures.records`)."""
         return _changes.records(self, epoch, position, always)
+
+    def check_records(self, state: Mapping[str, Any], where: str, strict: bool) -> None:
+        """Read by the loader at ``load_state_dict`` (:class:`seekdata.sources.SeekableSource`):
+        a state saved over this mixture, or over one that agrees on the stream consumed
+        (:func:`seekdata.sources.mixtures.records.check_records`)."""
+        _records.check_records(self, state, where, strict)
 
     def _make_order(self, k: int) -> Order:
         n, seed, ds = self.sizes[k], self.source_seeds[k], self.datasets[k]
@@ -400,20 +408,20 @@ class Mixture(torch.utils.data.Dataset):
             raise ArgumentError(f"Mixture: index must be an int; got {type(position).__name__}")
         if not 0 <= position < self.length:
             raise IndexError(f"Mixture: index must be in [0, {self.length}); got {position}")
-        fetch = _sample.current
-        in_fetch = fetch.now[_sample.INDEX] != -1  # a seekdata loader fetches: its epoch is ours
-        k, source_epoch, index = self.locate(int(position), fetch.epoch if in_fetch else None)
+        fetch = _sample.fetching()  # a seekdata loader fetches: its epoch is ours
+        in_fetch = fetch is not None
+        k, source_epoch, index = self.locate(int(position), fetch[1] if fetch is not None else None)
         if isinstance(self.datasets[k], _changes.Gone):
             name = repr(self.names[k]) if self.names is not None else str(k)
             raise RuntimeError(
                 f"Mixture: source {name} is Mixture.gone (removed): it cannot be fetched, but "
-                f"position {position} of epoch {self.epoch if not in_fetch else fetch.epoch} "
+                f"position {position} of epoch {self.epoch if fetch is None else fetch[1]} "
                 f"reads it; resume from a checkpoint saved after its removal, or pass its dataset"
             )
         seed = self.source_seeds[k]
         # a thread worker never reseeds global RNG, which every thread shares (the loader
         # watches it instead: docs/threads.md)
-        reseed = self.reseed_global_rng and not fetch.threaded
+        reseed = self.reseed_global_rng and not _sample.threaded()
         seeds = sample_seeds(seed, source_epoch, index) if reseed else None
         # in the main process outside a loader, put the caller's global RNG back afterwards;
         # inside a seekdata loader that reseeds, the loader does it once per batch
