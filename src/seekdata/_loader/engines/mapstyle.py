@@ -248,7 +248,7 @@ class MapEngine:
     def thread_batches(self, planned: Iterator[PlannedBatch]) -> Iterator[Any]:
         """The planned batches fetched and collated by ``num_workers`` threads, in order."""
         loader = self.loader
-        n = loader.num_workers
+        num_workers = loader.num_workers
         persistent = bool(loader.persistent_workers)
         pool = self._pool
         if pool is None or not pool.alive:
@@ -256,7 +256,7 @@ class MapEngine:
             base = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator))
             user_fn = loader.worker_init_fn.user_fn  # type: ignore[union-attr]  # our WorkerInit
             watch = RngWatch(self.keys.reseed)
-            pool = Pool(n, self.keyed.dataset, base, user_fn, watch)
+            pool = Pool(num_workers, self.keyed.dataset, base, user_fn, watch)
             self._pool = pool if persistent else None
         keyed, collate = self.thread_keyed, self.thread_collate
         fetch = keyed.__getitems__ if loader.batch_sampler is not None else keyed.__getitem__
@@ -267,7 +267,7 @@ class MapEngine:
         work: Callable[[Any], Any] = fetched
         if loader.pin_memory and _can_pin():
             work = pinned(fetched)
-        depth = (loader.prefetch_factor or 2) * n
+        depth = (loader.prefetch_factor or 2) * num_workers
         return pool.batches(planned, work, depth, loader.timeout, FailedBatch, not persistent)
 
     def fields(self, seed: int | None = None) -> dict[str, Any]:

@@ -92,7 +92,7 @@ class SeekableEngine(MapEngine):
         self.dataset = dataset
         self.sampler = sampler
         self.cursor = sampler.cursor
-        self.b = config.batch_size or 1  # samples per batch (1 with batch_size=None)
+        self.batch_size = config.batch_size or 1  # samples per batch (1 with batch_size=None)
         self.drop_last = config.drop_last  # the batches' (the sampler's is its own)
         # torch's rule: batch_size=None means no batch sampler
         self.batch_sampler = None if config.batch_size is None else self._view(sampler)
@@ -123,7 +123,7 @@ class SeekableEngine(MapEngine):
         # stream is recorded against the sampler (seekdata.integrations.hooks reads it)
         config = self.config
         _rebuild.remember(sampler, config.owns_sampler, self.keys.explicit, self.seed)
-        return BatchIndices(sampler, self.b, self.drop_last, engine=self)
+        return BatchIndices(sampler, self.batch_size, self.drop_last, engine=self)
 
     def growths_for(
         self, state: Any, grow: bool, where: str
@@ -146,7 +146,7 @@ class SeekableEngine(MapEngine):
 
     def full_len(self) -> int:
         sampler = self._resized() or self.sampler
-        return _partition.batches(sampler.local_len(0), self.b, self.drop_last)
+        return _partition.batches(sampler.local_len(0), self.batch_size, self.drop_last)
 
     def rank(self) -> int:
         return int(self.sampler.rank)
@@ -159,7 +159,7 @@ class SeekableEngine(MapEngine):
     def plan(self) -> Plan:
         at = self.cursor.next_start()
         return plan_seekable(
-            Geometry.of(self.sampler), at, self.cursor.snapshot, self.b, self.drop_last
+            Geometry.of(self.sampler), at, self.cursor.snapshot, self.batch_size, self.drop_last
         )
 
     def batches(self, plan: Plan) -> Iterator[PlannedBatch]:
@@ -195,7 +195,7 @@ class SeekableEngine(MapEngine):
         if batches == 0:
             return
         sampler = self.sampler
-        geo = (sampler.n, sampler.num_replicas, sampler.drop_last, self.b, self.drop_last)
+        geo = (sampler.n, sampler.num_replicas, sampler.drop_last, self.batch_size, self.drop_last)
         try:
             epoch, position, batch = _partition.move(geo, self.full_len(), self._at(), batches)
         except ValueError as e:
@@ -241,7 +241,9 @@ class SeekableEngine(MapEngine):
         W'·B' = W·B and both cut epochs alike (see :func:`seekdata._core.reshape.global_batch`)."""
         drop = (self.sampler.drop_last, self.drop_last)
         world = self.sampler.num_replicas
-        return _reshape.global_batch(state, self.sampler.n, (world, self.b), drop, where, strict)
+        return _reshape.global_batch(
+            state, self.sampler.n, (world, self.batch_size), drop, where, strict
+        )
 
     def adopt_seed(self, seed: int) -> None:
         if self.config.owns_sampler:
