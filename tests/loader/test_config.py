@@ -124,6 +124,48 @@ def test_prefetch_factor_and_device_prefetch_keep_the_integer_rule() -> None:
         Loader(DATA, device="cpu", device_prefetch=np.bool_(True))
 
 
+INTEGER_ARGUMENTS = {
+    "batch_size": {},
+    "num_workers": {},
+    "prefetch_factor": {"num_workers": 1},
+    "snapshot_every_n_steps": {},
+    "device_prefetch": {"device": "cpu"},
+    "seed": {},
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_ARGUMENTS))
+def test_every_integer_argument_takes_numpy_integers_and_refuses_bools(name: str) -> None:
+    """The one rule at every integer entry point: construction, assignment, the methods."""
+    extra = INTEGER_ARGUMENTS[name]
+    loader = Loader(DATA, **extra, **{name: np.int64(2)})
+    value = loader.seed if name == "seed" else getattr(loader._engine.config, name)
+    assert value == 2 and type(value) is int
+    with pytest.raises(ArgumentError, match=f"{name} must be"):
+        Loader(DATA, **extra, **{name: True})
+
+
+@pytest.mark.parametrize("name", ["num_workers", "prefetch_factor", "device_prefetch"])
+def test_every_integer_attribute_keeps_the_rule_on_assignment(name: str) -> None:
+    loader = Loader(DATA, num_workers=1, device="cpu")
+    setattr(loader, name, np.int64(2))
+    assert getattr(loader, name) == 2
+    with pytest.raises(ArgumentError, match=f"{name} must be an int"):
+        setattr(loader, name, True)
+    assert getattr(loader, name) == 2
+
+
+@pytest.mark.parametrize(
+    ("method", "args"),
+    [("skip", (1,)), ("skip_to", (1,)), ("skip_steps", (1, 2)), ("assign_rank", (1, 0))],
+)
+def test_every_integer_method_argument_keeps_the_rule(method: str, args: tuple[int, ...]) -> None:
+    loader = Loader(DATA, batch_size=2, shuffle=True, seed=0)
+    getattr(loader, method)(*(np.int64(a) for a in args))
+    with pytest.raises(ArgumentError, match="must be"):
+        getattr(loader, method)(*(True for _ in args))
+
+
 def test_the_loader_files_check_integers_with_the_one_rule() -> None:
     """No file of the loader rolls its own integer check (isinstance(x, int)): checks.py's."""
     root = pathlib.Path(seekdata.__file__).parent

@@ -25,6 +25,7 @@ forwards.
 from __future__ import annotations
 
 import dataclasses
+import types
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -117,7 +118,10 @@ ARGUMENTS: tuple[Argument, ...] = (
         _flag("batched_fetch"), keyword_only=True,
     ),
     Argument("device", None, "batches arrive on this device, copied ahead", keyword_only=True),
-    Argument("device_prefetch", 1, "batches moved ahead of the step (>= 1)", keyword_only=True),
+    Argument(
+        "device_prefetch", 1, "batches moved ahead of the step (>= 1)",
+        _device.check_depth, keyword_only=True,
+    ),
     Argument(
         "grown", None, "how an append-only dataset grew (seekdata.Growth list)",
         keyword_only=True, attribute=False,
@@ -243,7 +247,7 @@ class LoaderConfig:
         # device= on CUDA: the engine pins (in torch's pin thread with workers)
         options["pin_memory"] = args["pin_memory"] or (lookahead is not None and lookahead.pins)
         return cls(
-            arguments=args,
+            arguments=types.MappingProxyType(args),
             keys=keys,
             torch=TorchOptions(**options),
             lookahead=lookahead,

@@ -29,13 +29,13 @@ import torch
 
 from seekdata._core.checks import check_int
 
-__all__ = ["CudaStreams", "DevicePrefetch", "Lookahead", "move", "prefetch_option"]
+__all__ = ["CudaStreams", "DevicePrefetch", "Lookahead", "check_depth", "move", "prefetch_option"]
 
 _FIX = "pass e.g. device='cuda' (or torch.device('cuda', local_rank)), 'cpu', or None"
 
 
-def prefetch_option(device: Any, depth: Any, where: str) -> DevicePrefetch | None:
-    """The checked ``device=`` / ``device_prefetch=`` pair: None when ``device`` is None."""
+def check_depth(depth: Any, where: str) -> int:
+    """``device_prefetch``: an int >= 1 (the integer rule of ``_core/checks.py``)."""
     what = "an int >= 1 (batches moved ahead of the one handed out)"
     depth = check_int(depth, "device_prefetch", where, what=what, fix="pass e.g. device_prefetch=1")
     if depth < 1:
@@ -43,6 +43,12 @@ def prefetch_option(device: Any, depth: Any, where: str) -> DevicePrefetch | Non
             f"{where}: device_prefetch must be >= 1 (batches moved ahead of the one handed "
             f"out); got {depth}; pass device_prefetch=1 (or device=None to move nothing)"
         )
+    return depth
+
+
+def prefetch_option(device: Any, depth: Any, where: str) -> DevicePrefetch | None:
+    """The checked ``device=`` / ``device_prefetch=`` pair: None when ``device`` is None."""
+    depth = check_depth(depth, where)
     if device is None:
         return None
     if not isinstance(device, str | torch.device):
