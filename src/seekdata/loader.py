@@ -17,7 +17,7 @@ import torch.utils.data
 from seekdata._core.checks import check_bool, check_int
 from seekdata._core.growth import Growth
 from seekdata._loader import device as _device
-from seekdata._loader.config import ARGUMENTS, LoaderConfig
+from seekdata._loader.config import ARGUMENTS, RECHECKED, LoaderConfig
 from seekdata._loader.engines import Engine, build
 from seekdata._loader.engines.seekable import SeekableEngine
 from seekdata._loader.torch_api import FORWARDED, FROZEN, check_worker_method
@@ -151,12 +151,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
                 f"it keys the stream, and a checkpoint's seed is adopted by load_state_dict; "
                 f"got seed={val!r}; build a new loader with seed={val!r}"
             )
-        if attr == "num_workers":  # the integer rule, as at construction
-            val = check_int(val, attr, type(self).__name__, 0)
-        if attr == "prefetch_factor" and val is not None:
-            val = check_int(val, attr, type(self).__name__, 0)
+        if attr in RECHECKED:  # the argument's own check, as at construction
+            val = RECHECKED[attr].check(val, type(self).__name__)
         if attr == "step_rng":  # read at every iter(), as torch's FORWARDED ones
-            val = check_bool(val, attr, type(self).__name__)
             self._engine.step_rng = val
         if attr in ("device", "device_prefetch"):  # read at every iter(), as step_rng
             device = val if attr == "device" else self.device

@@ -40,7 +40,7 @@ from seekdata._loader.rebuild import RankRequest
 from seekdata._loader.seed import default_seed
 from seekdata._loader.torch_api import check_torch_args, check_worker_method
 
-__all__ = ["ARGUMENTS", "Argument", "Keys", "LoaderConfig", "TorchOptions"]
+__all__ = ["ARGUMENTS", "RECHECKED", "Argument", "Keys", "LoaderConfig", "TorchOptions"]
 
 Check = Callable[[Any, str], Any]
 
@@ -133,6 +133,12 @@ ARGUMENTS: tuple[Argument, ...] = (
 )  # fmt: skip
 
 NAMES = tuple(a.name for a in ARGUMENTS)
+#: the arguments whose attribute may be assigned later and is checked again, by the same check
+RECHECKED = {
+    a.name: a
+    for a in ARGUMENTS
+    if a.name in ("num_workers", "prefetch_factor", "step_rng", "device_prefetch")
+}
 
 
 @dataclasses.dataclass(frozen=True)
