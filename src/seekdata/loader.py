@@ -230,7 +230,9 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         calls (accelerate's ``prepare``, Lightning's DDP). The cursor is a global position, so
         it stays where it is, and the stream goes on as the same global stream. Needs a seekable
         sampler built single-process (or already on that rank) for more than one rank. (Not a
-        shard of data: a rank's part of the one global stream.)"""
+        shard of data: a rank's part of the one global stream.) This is seekdata's name for a
+        rank change (the engines' too); :meth:`shard` is its alias, and the sampler's own step
+        is ``DistributedSampler.reshard``."""
         self._assign_rank(num_replicas, rank, "StatefulDataLoader.assign_rank")
 
     def shard(self, num_replicas: int, rank: int) -> None:
