@@ -17,8 +17,7 @@ import torch.utils.data
 from seekdata._core.checks import check_bool, check_int
 from seekdata._core.growth import Growth
 from seekdata._loader import device as _device
-from seekdata._loader import frameworks as _frameworks
-from seekdata._loader.config import LoaderConfig
+from seekdata._loader.config import ARGUMENTS, RECHECKED, LoaderConfig
 from seekdata._loader.engines import Engine, build
 from seekdata._loader.engines.seekable import SeekableEngine
 from seekdata._loader.torch_api import FORWARDED, FROZEN, check_worker_method
@@ -67,6 +66,16 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     (docs/threads.md).
     """
 
+    # the attributes seekdata adds to torch's, set from the config by ARGUMENTS (types only)
+    reseed_global_rng: bool | tuple[str, ...]
+    batch_transform: Callable[[Any, np.random.Generator], Any] | None
+    snapshot_every_n_steps: int | None
+    step_rng: bool
+    batched_fetch: bool
+    device: torch.device | None
+    device_prefetch: int
+    worker_method: str
+
     def __init__(
         self,
         dataset: torch.utils.data.Dataset[_T_co],
@@ -98,44 +107,19 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         grown: Sequence[Growth] | None = None,
         worker_method: str = "multiprocessing",
     ) -> None:
-        config = LoaderConfig.from_args(
-            dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
-            pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
-            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device, in_order=in_order, seed=seed,
-            reseed_global_rng=reseed_global_rng, batch_transform=batch_transform,
-            snapshot_every_n_steps=snapshot_every_n_steps, step_rng=step_rng,
-            batched_fetch=batched_fetch, device=device, device_prefetch=device_prefetch,
-            grown=grown, where="StatefulDataLoader", worker_method=worker_method,
-        )  # fmt: skip
-        # torch's attributes, as frameworks read them (the engines read the config)
+        given = locals()  # the arguments, as passed: config.ARGUMENTS lists them, in order
+        config = LoaderConfig.from_args(dataset, given, where="StatefulDataLoader")
+        # torch's attributes, as frameworks read them (the engines read the config); in the
+        # list's order: num_workers before multiprocessing_context, whose torch setter reads it
         self.dataset = dataset
-        self.seed = config.seed  # a checkpoint's replaces it (seed=None): load_state_dict
-        self.snapshot_every_n_steps = config.snapshot_every_n_steps
-        self.reseed_global_rng = config.reseed_global_rng
-        self.drop_last = config.drop_last
-        self.in_order = config.options["in_order"]
-        self.step_rng = config.step_rng
-        self.batched_fetch = config.batched_fetch
-        self.batch_size = config.batch_size
-        self.generator = None
-        self.num_workers = num_workers  # before multiprocessing_context: torch's setter reads it
-        self.multiprocessing_context = multiprocessing_context  # torch's setter: str -> context
-        self.pin_memory_device = pin_memory_device
-        self.pin_memory = pin_memory
-        self.timeout = timeout
-        self.worker_init_fn = worker_init_fn
-        self.prefetch_factor = config.options["prefetch_factor"]
-        self.persistent_workers = persistent_workers
-        self.worker_method = config.worker_method
-        self.batch_transform = batch_transform
-        self.device = None if config.lookahead is None else config.lookahead.device
-        self.device_prefetch = device_prefetch
+        for argument in ARGUMENTS:
+            if argument.attribute:
+                setattr(self, argument.name, getattr(config, argument.name))
         self._engine: Engine
         self._engine, self.collate_fn = build(dataset, config)
         self._engine.lookahead = config.lookahead
-        if config.reshard is not None:  # the cursor is a global position: it stays where it is
-            self._engine.become_rank(config.reshard.world, config.reshard.rank)
+        if config.assign_rank is not None:  # the cursor is a global position: it stays there
+            self._engine.assign_rank(config.assign_rank.world, config.assign_rank.rank)
         self._initialized = True
 
     # --- torch's attribute rules ----------------------------------------------------------------
@@ -161,8 +145,15 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
                 )
         if attr == "multiprocessing_context" and val is not None:
             check_worker_method(self.worker_method, val, type(self).__name__)
+        if attr == "seed":
+            raise ValueError(
+                f"seed attribute should not be set after {type(self).__name__} is initialized: "
+                f"it keys the stream, and a checkpoint's seed is adopted by load_state_dict; "
+                f"got seed={val!r}; build a new loader with seed={val!r}"
+            )
+        if attr in RECHECKED:  # the argument's own check, as at construction
+            val = RECHECKED[attr].check(val, type(self).__name__)
         if attr == "step_rng":  # read at every iter(), as torch's FORWARDED ones
-            val = check_bool(val, attr, type(self).__name__)
             self._engine.step_rng = val
         if attr in ("device", "device_prefetch"):  # read at every iter(), as step_rng
             device = val if attr == "device" else self.device
@@ -239,11 +230,14 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         calls (accelerate's ``prepare``, Lightning's DDP). The cursor is a global position, so
         it stays where it is, and the stream goes on as the same global stream. Needs a seekable
         sampler built single-process (or already on that rank) for more than one rank. (Not a
-        shard of data: a rank's part of the one global stream.)"""
+        shard of data: a rank's part of the one global stream.) This is seekdata's name for a
+        rank change (the engines' too); :meth:`shard` is its alias, and the sampler's own step
+        is ``DistributedSampler.reshard``."""
         self._assign_rank(num_replicas, rank, "StatefulDataLoader.assign_rank")
 
     def shard(self, num_replicas: int, rank: int) -> None:
-        """The old name of :meth:`assign_rank`, kept for frameworks and code that call it."""
+        """An alias of :meth:`assign_rank` (the name), kept for frameworks and code that call
+        it: the same rank change, its messages saying ``shard``."""
         self._assign_rank(num_replicas, rank, "StatefulDataLoader.shard")
 
     def _assign_rank(self, num_replicas: int, rank: int, where: str) -> None:
@@ -269,7 +263,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
                 f"num_replicas={num_replicas}, rank={rank}, or leave it single-process and let "
                 f"the framework shard it"
             )
-        self._engine.become_rank(num_replicas, rank)
+        self._engine.assign_rank(num_replicas, rank)
 
     def place(self, move: Callable[[Any], Any] | None) -> None:
         """Hand out each batch as ``move(batch)`` (e.g. accelerate's ``send_to_device``), or as
@@ -285,11 +279,14 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
     @property
     def _is_accelerate_prepared(self) -> bool:
         """Read by ``Accelerator.prepare_data_loader``; True hands this loader back unrebuilt,
-        after the hook shards it and places its batches (:mod:`seekdata._loader.frameworks`: only
-        accelerate's own prepare asking gets True; the frame says who asks)."""
-        if self._prepared or "accelerate" not in sys.modules:
-            return self._prepared
-        return _frameworks.accelerate_prepares(self, sys._getframe(1))
+        after the hook assigns its rank and places its batches (the ``"prepared"`` event of
+        :mod:`seekdata.integrations.hooks`: only accelerate's own prepare asking gets True; the
+        frame says who asks)."""
+        if self._prepared:
+            return True
+        from seekdata.integrations import hooks  # the framework table: lazily, never at import
+
+        return bool(hooks.consult("prepared", sys._getframe(1), self))
 
     @_is_accelerate_prepared.setter
     def _is_accelerate_prepared(self, value: bool) -> None:  # accelerate marks what it prepared
@@ -316,4 +313,10 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         checkpoint: its new items join the current epoch at once, nothing consumed comes back,
         and every later state records the growth."""
         self._engine.load_state_dict(state, strict, check_bool(grow, "grow", "load_state_dict"))
-        self.seed = self._engine.seed
+
+    @property
+    def seed(self) -> int:
+        """The seed keying every sample's and batch's randomness: ``seed=``, else derived from
+        torch's seed at construction and replaced by a loaded checkpoint's. Read-only: the
+        loader, its config and its engine share it (one object)."""
+        return self._engine.keys.seed

@@ -1,21 +1,33 @@
-"""A loader's configuration: its arguments, checked once, as one frozen value.
+"""A loader's configuration: the one list of its arguments, each checked once.
 
-:class:`seekdata.StatefulDataLoader` calls :meth:`LoaderConfig.from_args` with the arguments it
-was given; every check of them (torch's rules first, in torch's order, then seekdata's) runs
-there, once, and the engines read the result (``config.batch_size``, ``config.seed``, ...) and
-nothing else. A parameter is followed from ``StatefulDataLoader(...)`` to where it is used by
-its name: ``config.<name>``.
+:data:`ARGUMENTS` lists every argument of :class:`seekdata.StatefulDataLoader` after
+``dataset``, in the signature's order, once: its name, default, one-line doc, and the check
+that turns what the user passed into the value the loader uses. Everything else follows from
+it: :meth:`LoaderConfig.from_args` runs torch's joint rules first (in torch's order, with its
+exception types), then each argument's check in the list's order, then seekdata's joint rules;
+the config's arguments are ``config.<name>``; the loader's torch-style attributes are copied
+from the config by the list (``Argument.attribute``). ``StatefulDataLoader.__init__`` keeps an
+explicit signature for users and IDEs, and a test checks that it is this list, in order: a new
+argument is one entry here, one parameter there, and its uses.
 
-What may change after construction is not here but on the engine: the seed a checkpoint brings
-(``seed=None``), ``step_rng``, ``device``/``device_prefetch`` and torch's attributes read at
-every ``iter()`` (``num_workers``, ...), which the loader's ``__setattr__`` forwards.
+Derived values sit beside the arguments: :class:`TorchOptions` (torch's options every engine
+passes on, typed), :class:`Keys` (the seed and the reseed choice: one object that the loader,
+the config and the engine share, so a checkpoint's seed reaches all of them at once),
+``lookahead`` (``device=`` / ``device_prefetch=``), ``owns_sampler`` and ``assign_rank`` (a
+framework rebuilt the loader for another rank).
+
+What may change after construction is on the engine: the seed a checkpoint brings
+(``seed=None``, through :class:`Keys`), ``step_rng``, ``device``/``device_prefetch`` and torch's
+attributes read at every ``iter()`` (``num_workers``, ...), which the loader's ``__setattr__``
+forwards.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,40 +35,168 @@ import torch.utils.data
 
 from seekdata._core import globalrng as _globalrng
 from seekdata._core.checks import check_bool, check_counter, check_int
-from seekdata._core.growth import Growth
 from seekdata._loader import device as _device
-from seekdata._loader.frameworks import Reshard
+from seekdata._loader.rebuild import RankRequest
 from seekdata._loader.seed import default_seed
 from seekdata._loader.torch_api import check_torch_args, check_worker_method
 
-__all__ = ["LoaderConfig"]
+__all__ = ["ARGUMENTS", "RECHECKED", "Argument", "Keys", "LoaderConfig", "TorchOptions"]
+
+Check = Callable[[Any, str], Any]
+
+
+def _keep(value: Any, where: str) -> Any:
+    return value
+
+
+def _flag(name: str) -> Check:
+    return lambda value, where: check_bool(value, name, where)
+
+
+def _optional_int(name: str, low: int) -> Check:
+    return lambda value, where: None if value is None else check_int(value, name, where, low)
+
+
+@dataclasses.dataclass(frozen=True)
+class Argument:
+    """One argument of ``StatefulDataLoader``: the one place it is defined."""
+
+    name: str
+    default: Any
+    doc: str
+    check: Check = _keep  # (value, where) -> the value the loader uses; after torch's rules
+    keyword_only: bool = False
+    attribute: bool = True  # the loader shows it as an attribute, as torch's DataLoader does
+
+
+# StatefulDataLoader(dataset, <these, in this order>): torch's first, then torchdata's, then ours
+ARGUMENTS: tuple[Argument, ...] = (
+    Argument(
+        "batch_size", 1, "samples per batch; None: one sample per step, not collated",
+        _optional_int("batch_size", 1),
+    ),
+    Argument("shuffle", None, "the loader's own sampler shuffles (torch's)", attribute=False),
+    Argument("sampler", None, "a sampler of one's own (a seekdata one seeks)", attribute=False),
+    Argument("batch_sampler", None, "batches of indices of one's own (replayed)", attribute=False),
+    Argument(
+        "num_workers", 0, "worker processes (or threads) fetching batches",
+        lambda value, where: check_int(value, "num_workers", where, 0),
+    ),
+    Argument("collate_fn", None, "samples -> batch; None: torch's default"),
+    Argument("pin_memory", False, "batches in pinned memory (torch's: any truth value)"),
+    Argument("drop_last", False, "drop the last incomplete batch", _flag("drop_last")),
+    Argument("timeout", 0, "seconds to wait for a worker's batch; 0: no limit"),
+    Argument("worker_init_fn", None, "called in each worker with its id"),
+    Argument("multiprocessing_context", None, "how worker processes start"),
+    Argument("generator", None, "seed=None: the seed derives from it; then ignored"),
+    Argument(
+        "prefetch_factor", None, "batches ahead per worker; None: 2 with workers",
+        _optional_int("prefetch_factor", 0), keyword_only=True,
+    ),
+    Argument("persistent_workers", False, "workers outlive an epoch", keyword_only=True),
+    Argument("pin_memory_device", "", "torch's (deprecated by torch)", keyword_only=True),
+    Argument("in_order", True, "batches in order", _flag("in_order"), keyword_only=True),
+    Argument(
+        "seed", None, "keys every random decision; None: torch's seed, then the checkpoint's",
+        keyword_only=True, attribute=False,  # the loader's seed is the shared Keys' (a property)
+    ),
+    Argument(
+        "reseed_global_rng", True, "global generators seeded per sample (or their names)",
+        keyword_only=True,
+    ),
+    Argument("batch_transform", None, "(batch, rng) -> batch after collation", keyword_only=True),
+    Argument(
+        "snapshot_every_n_steps", 1, "torchdata's; accepted (a cursor is exact at every step)",
+        _optional_int("snapshot_every_n_steps", 0), keyword_only=True,
+    ),
+    Argument(
+        "step_rng", True, "seed the caller's global RNG per batch handed out",
+        _flag("step_rng"), keyword_only=True,
+    ),
+    Argument(
+        "batched_fetch", True, "a dataset's __getitems__ reads a batch in one call",
+        _flag("batched_fetch"), keyword_only=True,
+    ),
+    Argument("device", None, "batches arrive on this device, copied ahead", keyword_only=True),
+    Argument(
+        "device_prefetch", 1, "batches moved ahead of the step (>= 1)",
+        _device.check_depth, keyword_only=True,
+    ),
+    Argument(
+        "grown", None, "how an append-only dataset grew (seekdata.Growth list)",
+        keyword_only=True, attribute=False,
+    ),
+    Argument(
+        "worker_method", "multiprocessing", "workers are processes, or threads ('thread')",
+        keyword_only=True,
+    ),
+)  # fmt: skip
+
+NAMES = tuple(a.name for a in ARGUMENTS)
+#: the arguments whose attribute may be assigned later and is checked again, by the same check
+RECHECKED = {
+    a.name: a
+    for a in ARGUMENTS
+    if a.name in ("num_workers", "prefetch_factor", "step_rng", "device_prefetch")
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchOptions:
+    """torch's ``DataLoader`` options every engine passes on unchanged (typed, checked)."""
+
+    num_workers: int
+    pin_memory: bool  # also on with device= on CUDA: the copy ahead is then asynchronous
+    timeout: float
+    multiprocessing_context: Any
+    prefetch_factor: int | None  # torch's: 2 with workers when not given
+    persistent_workers: bool
+    pin_memory_device: str
+    in_order: bool
+
+    def kwargs(self) -> dict[str, Any]:
+        """As keyword arguments of torch's (or torchdata's) ``DataLoader``."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass
+class Keys:
+    """The seed and the reseed choice: one object, shared by reference by the loader, its
+    config and its engine, so a seed a checkpoint brings (``seed=None``) is everyone's at once.
+    Only the engine's ``adopt_seed`` changes ``seed``."""
+
+    seed: int
+    explicit: bool  # seed= was given (else the checkpoint's seed wins at load)
+    reseed: tuple[str, ...]  # the global generators seeded per sample
+    reseed_global_rng: bool | tuple[str, ...]  # as the user says it (loader.reseed_global_rng)
 
 
 @dataclasses.dataclass(frozen=True)
 class LoaderConfig:
-    """The checked arguments of one :class:`seekdata.StatefulDataLoader`."""
+    """The checked arguments of one :class:`seekdata.StatefulDataLoader` (``config.<name>``,
+    one per :data:`ARGUMENTS` entry) and what derives from them."""
 
-    seed: int  # the seed at construction (a checkpoint's may replace it: the engine's ``seed``)
-    seed_explicit: bool  # seed= was given (else the checkpoint's seed wins at load)
-    sampler: Any  # the user's sampler, or the original loader's in a reshard; None: our own
-    batch_sampler: Any
-    owns_sampler: bool  # the loader builds its own DistributedSampler (shuffle=, no sampler)
-    shuffle: bool | None
-    batch_size: int | None  # None: no batching (torch's rule); also with a batch_sampler
-    drop_last: bool
-    collate_fn: Callable[[list[Any]], Any] | None  # the user's; None: torch's default
-    batch_transform: Callable[[Any, np.random.Generator], Any] | None
-    worker_init_fn: Callable[[int], None] | None
-    reseed: tuple[str, ...]  # the global generators seeded per sample (reseed_global_rng)
-    reseed_global_rng: bool | tuple[str, ...]  # as the user says it (loader.reseed_global_rng)
-    step_rng: bool
-    batched_fetch: bool
-    snapshot_every_n_steps: int | None
-    grown: Sequence[Growth] | None
+    arguments: Mapping[str, Any]  # name -> checked value, in ARGUMENTS' order
+    keys: Keys
+    torch: TorchOptions
     lookahead: _device.DevicePrefetch | None  # device= / device_prefetch=
-    options: Mapping[str, Any]  # torch's DataLoader arguments every engine passes on unchanged
-    reshard: Reshard | None  # Lightning's DDP rebuilt the loader: the rank to become
-    worker_method: str = "multiprocessing"  # workers are processes, or threads ("thread")
+    owns_sampler: bool  # the loader builds its own DistributedSampler (shuffle=, no sampler)
+    assign_rank: RankRequest | None  # a framework rebuilt the loader: the rank to take
+
+    def __getattr__(self, name: str) -> Any:  # an argument: config.batch_size, ...
+        arguments = self.__dict__.get("arguments", {})
+        if name in arguments:
+            return arguments[name]
+        raise AttributeError(f"LoaderConfig has no argument or field {name!r}")
+
+    @property
+    def seed(self) -> int:
+        """The seed now: the argument's, or the one a checkpoint brought (:class:`Keys`)."""
+        return self.keys.seed
+
+    @property
+    def reseed_global_rng(self) -> bool | tuple[str, ...]:
+        return self.keys.reseed_global_rng
 
     @property
     def per_sample(self) -> bool:
@@ -65,153 +205,88 @@ class LoaderConfig:
 
     @classmethod
     def from_args(
-        cls,
-        dataset: Any,
-        batch_size: Any,
-        shuffle: Any,
-        sampler: Any,
-        batch_sampler: Any,
-        num_workers: int,
-        collate_fn: Callable[[list[Any]], Any] | None,
-        pin_memory: bool,
-        drop_last: Any,
-        timeout: float,
-        worker_init_fn: Callable[[int], None] | None,
-        multiprocessing_context: Any,
-        generator: torch.Generator | None,
-        *,
-        prefetch_factor: int | None,
-        persistent_workers: bool,
-        pin_memory_device: str,
-        in_order: Any,
-        seed: Any,
-        reseed_global_rng: bool | Collection[str],
-        batch_transform: Any,
-        snapshot_every_n_steps: Any,
-        step_rng: Any,
-        batched_fetch: Any,
-        device: Any,
-        device_prefetch: Any,
-        grown: Sequence[Growth] | None,
-        where: str,
-        stacklevel: int = 2,
-        worker_method: Any = "multiprocessing",
+        cls, dataset: Any, given: Mapping[str, Any], where: str, stacklevel: int = 2
     ) -> LoaderConfig:
-        """Check every argument once (a wrong one raises, in torch's order first); ``stacklevel``
-        points the ``generator=`` warning at the user's line."""
-        # a BatchIndices a framework rebuilt around our sampler carries its reshard request
-        reshard = getattr(batch_sampler, "reshard", None)
-        if not isinstance(reshard, Reshard):
-            reshard = None
-        else:  # Lightning's DDP rebuilt us around our own sampler
-            sampler, batch_sampler, shuffle = reshard.sampler, None, None
-            batch_size, drop_last = reshard.batch_size, reshard.drop_last
-        prefetch_factor = check_torch_args(
-            dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, drop_last,
-            timeout, prefetch_factor, persistent_workers,
-        )  # fmt: skip
-        worker_method = check_worker_method(worker_method, multiprocessing_context, where)
-        if batch_sampler is not None:
-            batch_size, drop_last = None, False  # torch's rule: the batch sampler decides both
-        seed_explicit = seed is not None  # else the checkpoint's seed wins at load
-        if reshard is not None:  # as the loader it rebuilds: its seed, chosen or not
-            seed, seed_explicit = reshard.seed, reshard.seed_explicit
-        if seed is None:
-            seed = default_seed(generator, where)
-            generator = None  # used: it decided the seed
-        else:
-            seed = check_counter(seed, "seed", where)
-        if snapshot_every_n_steps is not None:  # torchdata's: 0 or None snapshot on request
-            check_int(snapshot_every_n_steps, "snapshot_every_n_steps", where, 0)
-        reseed = _globalrng.reseed_set(reseed_global_rng, where)  # bool or generator names
-        reseed_as_given: bool | tuple[str, ...] = (
-            bool(reseed_global_rng) if isinstance(reseed_global_rng, bool | np.bool_) else reseed
+        """Check every argument of ``given`` (one per :data:`ARGUMENTS` entry) once: torch's
+        rules first, in torch's order, then each argument's check, then seekdata's joint rules.
+        ``stacklevel`` points the ``generator=`` warning at the user's line."""
+        args = {name: given[name] for name in NAMES}  # a missing one is a KeyError: our bug
+        # a batch sampler a framework rebuilt around our sampler carries its rank request
+        request = getattr(args["batch_sampler"], "assign_rank", None)
+        if not isinstance(request, RankRequest):
+            request = None
+        else:  # rebuilt around our own sampler: the original loader's stream on another rank
+            args.update(sampler=request.sampler, batch_sampler=None, shuffle=None)
+            args.update(batch_size=request.batch_size, drop_last=request.drop_last)
+        args["prefetch_factor"] = check_torch_args(dataset, args, where)
+        args["worker_method"] = check_worker_method(
+            args["worker_method"], args["multiprocessing_context"], where
         )
-        drop_last = check_bool(drop_last, "drop_last", where)
-        in_order = check_bool(in_order, "in_order", where)
-        step_rng = check_bool(step_rng, "step_rng", where)
-        batched_fetch = check_bool(batched_fetch, "batched_fetch", where)
-        if batch_size is not None:
-            batch_size = check_int(batch_size, "batch_size", where, 1)
+        if args["batch_sampler"] is not None:  # torch's rule: the batch sampler decides both
+            args.update(batch_size=None, drop_last=False)
+        for argument in ARGUMENTS:
+            args[argument.name] = argument.check(args[argument.name], where)
+        keys = _keys(args, request, where, stacklevel + 1)
+        args["seed"], args["generator"] = keys.seed, None  # used: it decided the seed
         iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-        if iterable and worker_method == "thread":
+        if iterable and args["worker_method"] == "thread":
             raise ValueError(
                 f"{where}: worker_method='thread' runs map-style datasets (a Dataset with "
                 f"__getitem__); an IterableDataset's state is torchdata's, kept per worker "
                 f"process; got an IterableDataset; pass "
                 f"worker_method='multiprocessing', or a map-style dataset (docs/threads.md)"
             )
-        _check_batch_transform(batch_transform, iterable, batch_size, batch_sampler, where)
-        _check_shuffle(shuffle, sampler, batch_sampler, where)
+        _check_batch_transform(args, iterable, where)
+        lookahead = _device.prefetch_option(args["device"], args["device_prefetch"], where)
+        args["device"] = None if lookahead is None else lookahead.device
+        sampler, batch_sampler = args["sampler"], args["batch_sampler"]
+        owns_sampler = (sampler is None and batch_sampler is None) or (
+            request is not None and request.owns_sampler
+        )
+        if args["grown"] is not None and not (owns_sampler and sampler is None):
+            raise ValueError(
+                f"{where}: grown= declares the growths of the loader's own sampler; got it with "
+                f"{'a sampler' if sampler is not None else 'a batch_sampler or IterableDataset'}"
+                f"; pass grown= to seekdata.DistributedSampler(dataset, ..., grown=...) instead"
+            )
+        options = {f.name: args[f.name] for f in dataclasses.fields(TorchOptions)}
+        # device= on CUDA: the engine pins (in torch's pin thread with workers)
+        options["pin_memory"] = args["pin_memory"] or (lookahead is not None and lookahead.pins)
+        return cls(
+            arguments=types.MappingProxyType(args),
+            keys=keys,
+            torch=TorchOptions(**options),
+            lookahead=lookahead,
+            owns_sampler=owns_sampler,
+            assign_rank=request,
+        )
+
+
+def _keys(args: dict[str, Any], request: RankRequest | None, where: str, stacklevel: int) -> Keys:
+    """``seed=`` (else torch's seed, or a rebuilt loader's) and ``reseed_global_rng=``."""
+    seed, generator = args["seed"], args["generator"]
+    explicit = seed is not None  # else the checkpoint's seed wins at load
+    if request is not None:  # as the loader it rebuilds: its seed, chosen or not
+        seed, explicit = request.seed, request.seed_explicit
+    if seed is None:
+        seed = default_seed(generator, where)
+    else:
+        seed = check_counter(seed, "seed", where)
         if generator is not None:
             warnings.warn(
                 f"{where}: generator= is ignored: order and worker seeds derive from seed="
                 f"{seed}; pass seed= to change the stream",
                 stacklevel=stacklevel + 1,
             )
-        lookahead = _device.prefetch_option(device, device_prefetch, where)
-        owns_sampler = (sampler is None and batch_sampler is None) or (
-            reshard is not None and reshard.owns_sampler
-        )
-        if grown is not None and not (owns_sampler and sampler is None):
-            raise ValueError(
-                f"{where}: grown= declares the growths of the loader's own sampler; got it with "
-                f"{'a sampler' if sampler is not None else 'a batch_sampler or IterableDataset'}"
-                f"; pass grown= to seekdata.DistributedSampler(dataset, ..., grown=...) instead"
-            )
-        options = dict(
-            num_workers=num_workers,
-            # device= on CUDA: the engine pins (in torch's pin thread with workers), so the
-            # copy ahead of the step is asynchronous
-            pin_memory=pin_memory or (lookahead is not None and lookahead.pins),
-            timeout=timeout,
-            multiprocessing_context=multiprocessing_context,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device,
-            in_order=in_order,
-        )
-        return cls(
-            seed=seed,
-            seed_explicit=seed_explicit,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
-            owns_sampler=owns_sampler,
-            shuffle=shuffle,
-            batch_size=batch_size,
-            drop_last=drop_last,
-            collate_fn=collate_fn,
-            batch_transform=batch_transform,
-            worker_init_fn=worker_init_fn,
-            reseed=reseed,
-            reseed_global_rng=reseed_as_given,
-            step_rng=step_rng,
-            batched_fetch=batched_fetch,
-            snapshot_every_n_steps=snapshot_every_n_steps,
-            grown=grown,
-            lookahead=lookahead,
-            options=options,
-            reshard=reshard,
-            worker_method=worker_method,
-        )
+    given = args["reseed_global_rng"]
+    reseed = _globalrng.reseed_set(given, where)  # bool or generator names
+    as_given = bool(given) if isinstance(given, bool | np.bool_) else reseed
+    return Keys(seed, explicit, reseed, as_given)
 
 
-def _check_shuffle(shuffle: Any, sampler: Any, batch_sampler: Any, where: str) -> None:
-    """torch's rule: ``shuffle`` and a sampler of one's own are mutually exclusive."""
-    if shuffle and (sampler is not None or batch_sampler is not None):
-        which = "sampler" if sampler is not None else "batch_sampler"
-        other = "shuffle" if sampler is not None else "batch_size, shuffle, sampler and drop_last"
-        raise ValueError(
-            f"{where}: {which} option is mutually exclusive with {other}; got shuffle="
-            f"{shuffle!r} and a {which}; shuffle in the sampler (e.g. "
-            f"seekdata.DistributedSampler(..., shuffle=True)) and leave shuffle unset here"
-        )
-
-
-def _check_batch_transform(
-    batch_transform: Any, iterable: bool, batch_size: int | None, batch_sampler: Any, where: str
-) -> None:
+def _check_batch_transform(args: Mapping[str, Any], iterable: bool, where: str) -> None:
     """``batch_transform`` works on every path that makes batches, and is refused elsewhere."""
+    batch_transform = args["batch_transform"]
     if batch_transform is None:
         return
     if not callable(batch_transform):
@@ -225,7 +300,7 @@ def _check_batch_transform(
             f"the batch's indices, which an IterableDataset does not have); got an "
             f"IterableDataset; apply the transform in the dataset or in the training loop"
         )
-    if batch_size is None and batch_sampler is None:
+    if args["batch_size"] is None and args["batch_sampler"] is None:
         raise ValueError(
             f"{where}: batch_transform applies to batches, but batch_size=None loads single "
             f"samples without collating them; pass batch_size=, or transform each sample in "

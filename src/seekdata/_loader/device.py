@@ -27,26 +27,28 @@ from typing import Any
 
 import torch
 
-from seekdata._core.checks import ArgumentError, is_int
+from seekdata._core.checks import check_int
 
-__all__ = ["CudaStreams", "DevicePrefetch", "Lookahead", "move", "prefetch_option"]
+__all__ = ["CudaStreams", "DevicePrefetch", "Lookahead", "check_depth", "move", "prefetch_option"]
 
 _FIX = "pass e.g. device='cuda' (or torch.device('cuda', local_rank)), 'cpu', or None"
 
 
-def prefetch_option(device: Any, depth: Any, where: str) -> DevicePrefetch | None:
-    """The checked ``device=`` / ``device_prefetch=`` pair: None when ``device`` is None."""
-    if not is_int(depth):
-        raise ArgumentError(
-            f"{where}: device_prefetch must be an int >= 1 (batches moved ahead of the one "
-            f"handed out); got {type(depth).__name__} {depth!r}; pass e.g. device_prefetch=1"
-        )
+def check_depth(depth: Any, where: str) -> int:
+    """``device_prefetch``: an int >= 1 (the integer rule of ``_core/checks.py``)."""
+    what = "an int >= 1 (batches moved ahead of the one handed out)"
+    depth = check_int(depth, "device_prefetch", where, what=what, fix="pass e.g. device_prefetch=1")
     if depth < 1:
         raise ValueError(
             f"{where}: device_prefetch must be >= 1 (batches moved ahead of the one handed "
             f"out); got {depth}; pass device_prefetch=1 (or device=None to move nothing)"
         )
-    depth = int(depth)
+    return depth
+
+
+def prefetch_option(device: Any, depth: Any, where: str) -> DevicePrefetch | None:
+    """The checked ``device=`` / ``device_prefetch=`` pair: None when ``device`` is None."""
+    depth = check_depth(depth, where)
     if device is None:
         return None
     if not isinstance(device, str | torch.device):

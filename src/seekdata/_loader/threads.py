@@ -167,9 +167,11 @@ class _Shared:
     """What a pool's threads and its caller share, all guarded by ``cond``. The threads hold
     this, never the :class:`Pool`, so a pool nobody holds is collected (and closes)."""
 
-    def __init__(self, n: int, watch: RngWatch) -> None:
+    def __init__(self, num_workers: int, watch: RngWatch) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.queues: list[collections.deque[_Task]] = [collections.deque() for _ in range(n)]
+        self.queues: list[collections.deque[_Task]] = [
+            collections.deque() for _ in range(num_workers)
+        ]
         self.results: dict[int, tuple[bool, Any]] = {}  # batch k of the run -> (ok, value)
         self.run = 0  # the run (iterator) whose batches are wanted; older ones are dropped
         self.closed = False
@@ -213,7 +215,7 @@ class Pool:
         install_worker_info()
         from torch.utils.data._utils.worker import WorkerInfo  # the class torch's workers get
 
-        self.n = num_workers
+        self.num_workers = num_workers
         self.shared = shared = _Shared(num_workers, watch)
         self.threads = [
             threading.Thread(
@@ -223,7 +225,7 @@ class Pool:
                     i,
                     WorkerInfo(
                         # torch's WorkerInfo.seed (base seed + id): reported, never a key
-                        id=i, num_workers=self.n, seed=seed + i, dataset=dataset,
+                        id=i, num_workers=self.num_workers, seed=seed + i, dataset=dataset,
                         worker_method=THREAD,
                     ),
                     worker_init_fn,
@@ -231,7 +233,7 @@ class Pool:
                 name=f"seekdata-worker-{i}",
                 daemon=True,
             )
-            for i in range(self.n)
+            for i in range(self.num_workers)
         ]  # fmt: skip
         masked = hasattr(signal, "pthread_sigmask")
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED) if masked else None
@@ -375,14 +377,14 @@ class _Run:
 
     def _send(self, shared: _Shared) -> None:
         """Hand the workers batches until ``depth`` are ahead (caller holds the condition)."""
-        n = self.pool.n
+        num_workers = self.pool.num_workers
         while not self.exhausted and self.sent - self.next < self.depth:
             planned = next(self.planned, None)
             if planned is None:
                 self.exhausted = True
                 break
             k = self.sent
-            shared.queues[k % n].append(_Task(self.run, k, planned, self.work))
+            shared.queues[k % num_workers].append(_Task(self.run, k, planned, self.work))
             self.sent += 1
         shared.cond.notify_all()
 
@@ -424,7 +426,7 @@ class _Run:
                         if wait <= 0:
                             raise RuntimeError(
                                 f"DataLoader timed out after {self.timeout} seconds: thread "
-                                f"worker {self.next % self.pool.n} did not deliver batch "
+                                f"worker {self.next % self.pool.num_workers} did not deliver batch "
                                 f"{self.next} in time; raise timeout=, or make the dataset "
                                 f"faster"
                             )

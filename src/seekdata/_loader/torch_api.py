@@ -7,11 +7,12 @@ for every argument combination, with torch's exception types and wording.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch.utils.data
 
-from seekdata._core.checks import ArgumentError, is_bool
+from seekdata._core.checks import ArgumentError, check_int, is_bool
 
 # torch's DataLoader.__setattr__ refuses these after construction: they define the stream
 FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
@@ -58,21 +59,18 @@ def check_worker_method(worker_method: Any, multiprocessing_context: Any, where:
     return worker_method
 
 
-def check_torch_args(
-    dataset: Any,
-    batch_size: int | None,
-    shuffle: bool | None,
-    sampler: Any,
-    batch_sampler: Any,
-    num_workers: int,
-    drop_last: bool,
-    timeout: float,
-    prefetch_factor: int | None,
-    persistent_workers: bool,
-) -> int | None:
+def check_torch_args(dataset: Any, args: Mapping[str, Any], where: str) -> int | None:
     """Reject what ``torch.utils.data.DataLoader.__init__`` rejects, in torch's order and with
-    its exception types; return ``prefetch_factor`` as torch sets it (2 with workers)."""
-    where = "StatefulDataLoader"  # each message starts with torch's, which users search for
+    its exception types; return ``prefetch_factor`` as torch sets it (2 with workers).
+    ``num_workers`` and ``prefetch_factor`` keep the integer rule first (torch compares them
+    with ints: a bool or a float would pass)."""
+    batch_size, shuffle, drop_last = args["batch_size"], args["shuffle"], args["drop_last"]
+    sampler, batch_sampler = args["sampler"], args["batch_sampler"]
+    timeout, persistent_workers = args["timeout"], args["persistent_workers"]
+    num_workers = check_int(args["num_workers"], "num_workers", where)
+    prefetch_factor = args["prefetch_factor"]
+    if prefetch_factor is not None:
+        prefetch_factor = check_int(prefetch_factor, "prefetch_factor", where)
     if num_workers < 0:
         raise ValueError(
             f"{where}: num_workers option should be non-negative; got {num_workers}; use "

@@ -5,11 +5,11 @@ accelerate rebuilds every ``DataLoader`` it prepares into its own ``DataLoaderSh
 indices without seekdata's per-sample randomness and without a cursor. A seekdata loader is
 therefore handed back *unrebuilt*: ``StatefulDataLoader._is_accelerate_prepared`` (the flag
 accelerate itself reads to avoid wrapping a loader twice) answers through the hook in
-:mod:`seekdata._loader.frameworks`, which
+:mod:`seekdata.integrations.hooks` (its ``"prepared"`` event), which
 
 - shards the loader across accelerate's processes the way seekdata shards (rank r of W takes
-  every W-th global position; ``loader.shard``), so a 2-process run neither loses nor repeats a
-  sample;
+  every W-th global position; ``loader.assign_rank``), so a 2-process run neither loses nor
+  repeats a sample;
 - moves batches to ``accelerator.device`` when accelerate would (``device_placement``;
   ``loader.place``);
 - refuses the options it cannot honour exactly (``split_batches``, ``dispatch_batches``, a

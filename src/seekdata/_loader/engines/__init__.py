@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import torch.utils.data
 
 from seekdata._core.cursor import Cursor
-from seekdata._loader.config import LoaderConfig
+from seekdata._loader.config import Keys, LoaderConfig
 from seekdata._loader.device import DevicePrefetch
 from seekdata._loader.engines.iterable import IterableEngine
 from seekdata._loader.engines.replay import ReplayEngine
@@ -33,7 +33,7 @@ __all__ = ["Engine", "build"]
 class Engine(Protocol):
     """What the loader needs from a path (torchdata.nodes' one ``Stateful`` contract)."""
 
-    seed: int
+    keys: Keys  # the seed and the reseed choice, shared with the loader and its config
     cursor: Cursor
     step_rng: bool  # key the caller's global RNG by each batch's number (read at iter())
     lookahead: DevicePrefetch | None  # device=: batches moved ahead of the step (at iter())
@@ -55,7 +55,12 @@ class Engine(Protocol):
         """A torch attribute read at every ``iter()`` was assigned (``num_workers``, ...)."""
         ...
 
-    def become_rank(self, num_replicas: int, rank: int) -> None:
+    @property
+    def seed(self) -> int:
+        """``keys.seed``: the seed now."""
+        ...
+
+    def assign_rank(self, num_replicas: int, rank: int) -> None:
         """Become rank ``rank`` of ``num_replicas``; the cursor is global: it stays."""
         ...
 

@@ -81,17 +81,20 @@ class IterableEngine:
         from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
         self.config = config
-        self.seed = seed = config.seed  # a checkpoint's replaces it (seed=None)
+        self.keys = config.keys  # the seed, shared with the loader and the config
+        seed = self.seed
         self.dataset = dataset
-        self.num_workers = int(config.options["num_workers"])  # loader.num_workers = sets it
+        self.num_workers = config.torch.num_workers  # loader.num_workers = sets it
         kwargs = dict(  # torchdata's loader takes torch's arguments
             batch_size=config.batch_size,
             collate_fn=config.collate_fn,
             drop_last=config.drop_last,
             snapshot_every_n_steps=config.snapshot_every_n_steps or 1,
-            **config.options,
+            **config.torch.kwargs(),
         )
-        self.seeder = WorkerSeeder(seed, _dist.rank_or_zero(), config.worker_init_fn, config.reseed)
+        self.seeder = WorkerSeeder(
+            seed, _dist.rank_or_zero(), config.worker_init_fn, self.keys.reseed
+        )
         # the stream's end is torchdata's to find: only the epoch and its end flags live here
         self.cursor = Cursor(0)
         self._generation = 0  # bumped by iter() and load_state_dict: older iterators are stale
@@ -112,6 +115,11 @@ class IterableEngine:
                 **kwargs,
             )
 
+    @property
+    def seed(self) -> int:
+        """The seed now (:class:`~seekdata._loader.config.Keys`, shared with the loader)."""
+        return self.keys.seed
+
     def iterate(self) -> Iterator[Any]:
         if self.cursor.begin():
             self.batch = 0
@@ -124,7 +132,7 @@ class IterableEngine:
     def full_len(self) -> int:
         return len(self.engine)
 
-    def become_rank(self, num_replicas: int, rank: int) -> None:
+    def assign_rank(self, num_replicas: int, rank: int) -> None:
         if (num_replicas, rank) != (1, 0):
             raise ValueError(
                 f"StatefulDataLoader.assign_rank: an IterableDataset shards its stream itself "
@@ -142,7 +150,7 @@ class IterableEngine:
         setattr(self.engine, name, value)
 
     def _capture(self) -> tuple[Any, Any, Any]:
-        saved = _globalrng.save(self.config.reseed)
+        saved = _globalrng.save(self.keys.reseed)
         _globalrng.restore(saved)  # saving may leave a generator moved; capturing must not
         return saved
 
@@ -152,7 +160,7 @@ class IterableEngine:
         so a dataset that saves global RNG in its state saves its own), so the caller's RNG is
         untouched and a resume replays the same draws. Only for the generators
         ``reseed_global_rng`` names: the others the dataset shares with the caller."""
-        if self.num_workers or not self.config.reseed:
+        if self.num_workers or not self.keys.reseed:
             return None
         saved = self._capture()
         self.seeder.seed_globals(0)
@@ -280,15 +288,13 @@ class IterableEngine:
                 f"stream is its own; declare the growth in the dataset (e.g. a Mixture source: "
                 f"Mixture.changed(..., grown=...))"
             )
-        seed = seed_to_adopt(
-            state, self.seed, explicit=self.config.seed_explicit, owns_sampler=False
-        )
+        seed = seed_to_adopt(state, self.seed, explicit=self.keys.explicit, owns_sampler=False)
         expected = {_state.K_KIND: "iterable", **self.fields(seed)}
         _state.check_state(state, expected, where=where, strict=strict)
         _reshape.check_iterable(state, self.num_workers, _dist.world_size_or_one(), where)
         # everything is valid: only now change the loader
         if seed != self.seed:
-            self.seed = self.seeder.seed = seed
+            self.keys.seed = self.seeder.seed = seed
             self.engine.generator = _streams.torch_generator(seed, _WORKER_TAG)
         self.cursor.restore(state[_state.K_EPOCH], 0, state[_state.K_EXHAUSTED])
         self.batch = state[_state.K_POSITION]

@@ -71,12 +71,12 @@ class MapEngine:
         self, dataset: Any, config: LoaderConfig, collate_fn: Callable[[list[Any]], Any]
     ) -> None:
         self.config = config  # the checked arguments (what follows only changes at runtime)
-        self.seed = config.seed  # a checkpoint's replaces it (seed=None): adopt_seed
+        self.keys = config.keys  # the seed, shared with the loader and the config: adopt_seed
         self.step_rng = config.step_rng  # key the caller's global RNG by each batch's number
         self.lookahead: DevicePrefetch | None = None  # device=: set by the loader
         self.place: Callable[[Any], Any] | None = None  # batch -> device (loader.place)
         self._live: weakref.ReferenceType[_LoaderIter] | None = None
-        reseed = config.reseed_global_rng
+        reseed = self.keys.reseed_global_rng
         self.keyed = KeyedDataset(dataset, self.seed, reseed, config.batched_fetch)
         self.planned = _PlannedBatches()
         # batch_size=None: one sample per step without collation, as torch does
@@ -89,7 +89,7 @@ class MapEngine:
             collate_fn=Collate(collate_fn, config.batch_transform, self.seed, reseed),
             worker_init_fn=WorkerInit(config.worker_init_fn),
             generator=_streams.torch_generator(self.seed, _ENGINE_TAG),
-            **config.options,
+            **config.torch.kwargs(),
         )
         # worker_method="thread": the same fetch in threads of this process, which never
         # reseed global RNG (every thread shares it): a draw from it raises (RngWatch)
@@ -125,7 +125,7 @@ class MapEngine:
         """This rank, for the model-side step RNG (``step_rng``)."""
         raise NotImplementedError
 
-    def become_rank(self, num_replicas: int, rank: int) -> None:
+    def assign_rank(self, num_replicas: int, rank: int) -> None:
         """Become rank ``rank`` of ``num_replicas`` (a framework sharding this loader)."""
         raise NotImplementedError
 
@@ -201,9 +201,16 @@ class MapEngine:
         another one that keeps the global batch)."""
         return self.config.batch_size or 1
 
+    @property
+    def seed(self) -> int:
+        """The seed now (:class:`~seekdata._loader.config.Keys`, shared with the loader)."""
+        return self.keys.seed
+
     def adopt_seed(self, seed: int) -> None:
-        """A checkpoint's seed replaces ours (``seed=None``): key the samples with it."""
-        self.seed = seed
+        """A checkpoint's seed replaces ours (``seed=None``): the shared keys take it (the
+        loader and its config see it), and what runs the fetch, which holds it by value (it
+        is pickled into workers), is keyed with it."""
+        self.keys.seed = seed
         self.keyed.seed = seed
         self.loader.collate_fn.seed = seed  # type: ignore[union-attr]  # our Collate
         self.thread_keyed.seed = self.thread_collate.seed = seed
@@ -231,7 +238,7 @@ class MapEngine:
         elif name == "collate_fn":
             self.thread_collate = Collate(value, self.config.batch_transform, self.seed, False)
             value = Collate(
-                value, self.config.batch_transform, self.seed, self.config.reseed_global_rng
+                value, self.config.batch_transform, self.seed, self.keys.reseed_global_rng
             )
         if name in ("num_workers", "worker_init_fn") and self._pool is not None:
             self._pool.close()  # persistent thread workers of the old setting
@@ -241,15 +248,15 @@ class MapEngine:
     def thread_batches(self, planned: Iterator[PlannedBatch]) -> Iterator[Any]:
         """The planned batches fetched and collated by ``num_workers`` threads, in order."""
         loader = self.loader
-        n = loader.num_workers
+        num_workers = loader.num_workers
         persistent = bool(loader.persistent_workers)
         pool = self._pool
         if pool is None or not pool.alive:
             # the worker seeds torch's iterator would give (get_worker_info().seed)
             base = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator))
             user_fn = loader.worker_init_fn.user_fn  # type: ignore[union-attr]  # our WorkerInit
-            watch = RngWatch(self.config.reseed)
-            pool = Pool(n, self.keyed.dataset, base, user_fn, watch)
+            watch = RngWatch(self.keys.reseed)
+            pool = Pool(num_workers, self.keyed.dataset, base, user_fn, watch)
             self._pool = pool if persistent else None
         keyed, collate = self.thread_keyed, self.thread_collate
         fetch = keyed.__getitems__ if loader.batch_sampler is not None else keyed.__getitem__
@@ -260,7 +267,7 @@ class MapEngine:
         work: Callable[[Any], Any] = fetched
         if loader.pin_memory and _can_pin():
             work = pinned(fetched)
-        depth = (loader.prefetch_factor or 2) * n
+        depth = (loader.prefetch_factor or 2) * num_workers
         return pool.batches(planned, work, depth, loader.timeout, FailedBatch, not persistent)
 
     def fields(self, seed: int | None = None) -> dict[str, Any]:
@@ -296,14 +303,14 @@ class MapEngine:
         where = "StatefulDataLoader.load_state_dict"
         config = self.config
         seed = seed_to_adopt(
-            state, self.seed, explicit=config.seed_explicit, owns_sampler=config.owns_sampler
+            state, self.seed, explicit=self.keys.explicit, owns_sampler=config.owns_sampler
         )
         then, growths = self.growths_for(state, grow, where)  # a dataset that grew: as it was
         expected = {_state.K_KIND: "loader", **self.fields(seed), **then}
         if isinstance(state, dict) and state.get(_state.K_KIND) == "sampler":
             stream = {**self.fields(seed), **then}
             expected = {_state.K_KIND: "sampler", **{k: stream[k] for k in self.stream_fields()}}
-        if config.owns_sampler and not config.seed_explicit:  # the seed to adopt: one seed
+        if config.owns_sampler and not self.keys.explicit:  # the seed to adopt: one seed
             _state.check_one_seed(state, where)
         # what identifies the data first (its length, its own stream: a Mixture's, a token
         # corpus's, as it was then; the order over it), then how it is cut into batches

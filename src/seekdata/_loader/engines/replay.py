@@ -18,9 +18,10 @@ import torch.utils.data
 from seekdata._core import dist as _dist
 from seekdata._core import reshape as _reshape
 from seekdata._core import state as _state
+from seekdata._core.checks import is_int
 from seekdata._core.cursor import Cursor, Snapshot
 from seekdata._loader.config import LoaderConfig
-from seekdata._loader.engines.mapstyle import WHERE, MapEngine
+from seekdata._loader.engines.mapstyle import MapEngine
 from seekdata._loader.plan import Plan, PlannedBatch
 
 #: The replay cursor's end: past any count of batches, reached only when the iterator finishes.
@@ -38,24 +39,13 @@ class ReplayEngine(MapEngine):
         config: LoaderConfig,
         collate_fn: Callable[[list[Any]], Any],
     ) -> None:
-        batch_sampler, batch_size, drop_last = (
-            config.batch_sampler,
-            config.batch_size,
-            config.drop_last,
-        )
-        if batch_sampler is not None:
-            if sampler is not None or batch_size not in (None, 1) or drop_last:
-                raise ValueError(
-                    f"{WHERE}: batch_sampler option is mutually exclusive with batch_size, "
-                    f"shuffle, sampler and drop_last; got batch_size={batch_size}, "
-                    f"drop_last={drop_last}, sampler={type(sampler).__name__}; pass only "
-                    f"batch_sampler"
-                )
+        batch_sampler, batch_size = config.batch_sampler, config.batch_size
+        if batch_sampler is not None:  # torch's rules held (LoaderConfig): no sampler, ...
             self.batches_of: Any = batch_sampler
         elif batch_size is None:
             self.batches_of = sampler
         else:
-            self.batches_of = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
+            self.batches_of = torch.utils.data.BatchSampler(sampler, batch_size, config.drop_last)
         super().__init__(dataset, config, collate_fn)
         self.sampler = sampler
         # the user's batch sampler, or the torch BatchSampler over the user's sampler
@@ -83,7 +73,7 @@ class ReplayEngine(MapEngine):
     def rank(self) -> int:
         """The sampler's ``rank`` (or its inner sampler's), else the process group's."""
         for obj in (self.inner, getattr(self.inner, "sampler", None)):
-            if isinstance(getattr(obj, "rank", None), int):
+            if is_int(getattr(obj, "rank", None)):  # the integer rule (np.int64 too)
                 return int(obj.rank)  # type: ignore[union-attr]
         return _dist.rank_or_zero()
 
@@ -161,7 +151,7 @@ class ReplayEngine(MapEngine):
     def world_size(self) -> int:
         """The sampler's ``num_replicas`` (or its inner sampler's), else the process group's."""
         for obj in (self.inner, getattr(self.inner, "sampler", None)):
-            if isinstance(getattr(obj, "num_replicas", None), int):
+            if is_int(getattr(obj, "num_replicas", None)):
                 return int(obj.num_replicas)  # type: ignore[union-attr]
         return _dist.world_size_or_one()
 

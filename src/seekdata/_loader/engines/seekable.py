@@ -13,7 +13,7 @@ from seekdata._core import partition as _partition
 from seekdata._core import reshape as _reshape
 from seekdata._core import state as _state
 from seekdata._core.checks import check_int
-from seekdata._loader import frameworks as _frameworks
+from seekdata._loader import rebuild as _rebuild
 from seekdata._loader.config import LoaderConfig
 from seekdata._loader.engines.mapstyle import WHERE, MapEngine
 from seekdata._loader.plan import (
@@ -33,13 +33,14 @@ class BatchIndices(torch.utils.data.BatchSampler):
 
     It is a view: iterating it never moves the cursor (only batches the loader hands out do).
     Frameworks rebuild loaders from it; the rebuilt loader gets the right indices but fetches
-    them without seekdata's per-sample randomness, so accelerate's rebuilds are refused (see
-    :mod:`seekdata._loader.frameworks`).
+    them without seekdata's per-sample randomness, so a framework's hook may refuse them (the
+    ``"batch_sampler_iterated"`` event of :mod:`seekdata.integrations.hooks`).
 
-    Lightning's DDP rebuilds it as torch's ``BatchSampler`` API says, ``BatchIndices(sampler,
-    batch_size=, drop_last=)``, around a ``DistributedSamplerWrapper`` of our sampler, then
-    builds a new loader with it: that instance is a *reshard request* (:attr:`reshard`), which
-    :class:`seekdata.StatefulDataLoader` turns back into the same seekable stream on this rank.
+    A framework may rebuild it as torch's ``BatchSampler`` API says, ``BatchIndices(sampler,
+    batch_size=, drop_last=)``, around a sampler of its own that wraps ours, then build a new
+    loader with it: that instance carries a rank request (:attr:`assign_rank`, from the
+    ``"batch_sampler_rebuilt"`` hook), which :class:`seekdata.StatefulDataLoader` turns back
+    into the same seekable stream on the requested rank.
     """
 
     def __init__(
@@ -51,23 +52,29 @@ class BatchIndices(torch.utils.data.BatchSampler):
         engine: SeekableEngine | None = None,
     ) -> None:
         super().__init__(sampler, batch_size, drop_last)
-        self.reshard: _frameworks.Reshard | None = None
+        self.assign_rank: _rebuild.RankRequest | None = None
         if engine is None:  # a framework's rebuild around its distributed sampler
-            self.reshard = _frameworks.reshard_request(sampler, batch_size, drop_last)
+            from seekdata.integrations import hooks  # the framework table: lazily
+
+            frame = sys._getframe(1)
+            request = hooks.consult("batch_sampler_rebuilt", frame, sampler, batch_size, drop_last)
+            self.assign_rank = request
             return
         # the engine holds this view: a weak reference back, so that no cycle keeps a dropped
         # loader (and its persistent workers) alive until the garbage collector runs
         self._engine = weakref.proxy(engine)
 
     def __iter__(self) -> Iterator[list[int]]:
-        if "accelerate" in sys.modules:  # a rebuild by accelerate would drop the keyed fetch
-            _frameworks.refuse_accelerate_rebuild(sys._getframe(1))
+        from seekdata.integrations import hooks  # the framework table: lazily
+
+        # a framework iterating it to rebuild the loader would drop the keyed fetch
+        hooks.consult("batch_sampler_iterated", sys._getframe(1), self)
         engine = self._engine
         return (list(batch.indices) for batch in engine.batches(engine.plan()))
 
     def __len__(self) -> int:
-        if self.reshard is not None:
-            return len(self.reshard.sampler) // self.batch_size  # not iterated: see reshard
+        if self.assign_rank is not None:  # not iterated: see assign_rank
+            return len(self.assign_rank.sampler) // self.batch_size
         return int(self._engine.full_len())
 
 
@@ -85,7 +92,7 @@ class SeekableEngine(MapEngine):
         self.dataset = dataset
         self.sampler = sampler
         self.cursor = sampler.cursor
-        self.b = config.batch_size or 1  # samples per batch (1 with batch_size=None)
+        self.batch_size = config.batch_size or 1  # samples per batch (1 with batch_size=None)
         self.drop_last = config.drop_last  # the batches' (the sampler's is its own)
         # torch's rule: batch_size=None means no batch sampler
         self.batch_sampler = None if config.batch_size is None else self._view(sampler)
@@ -113,10 +120,10 @@ class SeekableEngine(MapEngine):
 
     def _view(self, sampler: DistributedSampler) -> BatchIndices:
         # a rebuild by Lightning's DDP reaches the sampler only: what it needs to rebuild this
-        # stream is recorded against the sampler (_frameworks.reshard_request reads it)
+        # stream is recorded against the sampler (seekdata.integrations.hooks reads it)
         config = self.config
-        _frameworks.remember(sampler, config.owns_sampler, config.seed_explicit, self.seed)
-        return BatchIndices(sampler, self.b, self.drop_last, engine=self)
+        _rebuild.remember(sampler, config.owns_sampler, self.keys.explicit, self.seed)
+        return BatchIndices(sampler, self.batch_size, self.drop_last, engine=self)
 
     def growths_for(
         self, state: Any, grow: bool, where: str
@@ -139,20 +146,20 @@ class SeekableEngine(MapEngine):
 
     def full_len(self) -> int:
         sampler = self._resized() or self.sampler
-        return _partition.batches(sampler.local_len(0), self.b, self.drop_last)
+        return _partition.batches(sampler.local_len(0), self.batch_size, self.drop_last)
 
     def rank(self) -> int:
         return int(self.sampler.rank)
 
-    def become_rank(self, num_replicas: int, rank: int) -> None:
-        self.sampler.reshard(num_replicas, rank)  # the cursor is global: it stays where it is
+    def assign_rank(self, num_replicas: int, rank: int) -> None:
+        self.sampler.reshard(num_replicas, rank)  # the sampler's name for it; the cursor stays
 
     # --- planning: values from the cursor; moves only in commit and advance_past -----------------
 
     def plan(self) -> Plan:
         at = self.cursor.next_start()
         return plan_seekable(
-            Geometry.of(self.sampler), at, self.cursor.snapshot, self.b, self.drop_last
+            Geometry.of(self.sampler), at, self.cursor.snapshot, self.batch_size, self.drop_last
         )
 
     def batches(self, plan: Plan) -> Iterator[PlannedBatch]:
@@ -188,7 +195,7 @@ class SeekableEngine(MapEngine):
         if batches == 0:
             return
         sampler = self.sampler
-        geo = (sampler.n, sampler.num_replicas, sampler.drop_last, self.b, self.drop_last)
+        geo = (sampler.n, sampler.num_replicas, sampler.drop_last, self.batch_size, self.drop_last)
         try:
             epoch, position, batch = _partition.move(geo, self.full_len(), self._at(), batches)
         except ValueError as e:
@@ -234,7 +241,9 @@ class SeekableEngine(MapEngine):
         W'·B' = W·B and both cut epochs alike (see :func:`seekdata._core.reshape.global_batch`)."""
         drop = (self.sampler.drop_last, self.drop_last)
         world = self.sampler.num_replicas
-        return _reshape.global_batch(state, self.sampler.n, (world, self.b), drop, where, strict)
+        return _reshape.global_batch(
+            state, self.sampler.n, (world, self.batch_size), drop, where, strict
+        )
 
     def adopt_seed(self, seed: int) -> None:
         if self.config.owns_sampler:
@@ -242,4 +251,4 @@ class SeekableEngine(MapEngine):
         super().adopt_seed(seed)
         if self.batch_sampler is not None:
             config = self.config
-            _frameworks.remember(self.sampler, config.owns_sampler, config.seed_explicit, seed)
+            _rebuild.remember(self.sampler, config.owns_sampler, self.keys.explicit, seed)
