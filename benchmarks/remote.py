@@ -2,11 +2,11 @@
 
 Writes a synthetic corpus of three kinds (``--size-mb`` MB each: tar shards of 4 KiB samples,
 uint16 token files, Parquet files of 1 KiB rows; files of ``--file-mb`` MB), uploads it to an
-S3 server on 127.0.0.1 (tests/helpers/servers.py), serves the same folder with uvicorn, and
+S3 server on 127.0.0.1 (seekdata._servers), serves the same folder with uvicorn, and
 measures seekdata's loader over the local files, over ``s3://`` and over ``http://`` (uvicorn
 reads only the range asked for). The timed ``s3`` runs talk to the server directly; the
 requests and bytes in the tables come from one more, untimed run of the same job through the
-counting proxy (tests/scripts/_fault_proxy.py), which is test equipment: a Python process that
+counting proxy (seekdata/_servers/fault_proxy.py), which is test equipment: a Python process that
 holds each response whole before passing it on would be timed as part of the loader.
 
 - ``resume``: a fresh process (``benchmarks/_remote_child.py``) that builds the dataset (its
@@ -63,12 +63,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test servers: tests/helpers/servers.py
-
-from tests.helpers import servers as _servers  # noqa: E402
+from seekdata import _servers
 
 HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
 BUCKET = "bench-remote"
 KINDS = ("tar", "windows", "parquet")
 SEQ_LEN = 2048

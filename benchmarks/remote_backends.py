@@ -1,6 +1,6 @@
 """Which filesystem layer reads byte ranges fastest: fsspec (s3fs, HTTPFileSystem) vs obstore.
 
-Starts moto's S3 server and a uvicorn static-file server (tests/helpers/servers.py) on 127.0.0.1,
+Starts moto's S3 server and a uvicorn static-file server (seekdata._servers) on 127.0.0.1,
 puts ``--objects`` objects of ``--size-mb`` MB in a bucket (and the same files behind the HTTP
 server), then for each back-end measures, on the same objects:
 
@@ -34,10 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test servers: tests/helpers/servers.py
+from seekdata import _servers
 
-from tests.helpers import servers as _servers  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 KIB = 1024
 MB = 1_000_000
