@@ -1,7 +1,7 @@
 """Peak memory and time of ``seekdata index`` over remote tar shards, against the shard count.
 
 Starts an S3 server on 127.0.0.1 (moto by default, ``--s3-server seaweedfs``; see
-tests/helpers/servers.py), puts the largest count of tiny shards in a bucket (4 samples of
+seekdata._servers), puts the largest count of tiny shards in a bucket (4 samples of
 100 bytes each: what is measured is the per-shard cost, not the scan), then for each count
 runs, each as a fresh process reached through the environment (``AWS_ENDPOINT_URL``, as a user
 without ``--storage-option`` would):
@@ -31,11 +31,10 @@ import tempfile
 import time
 from typing import Any
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the test servers: tests/helpers/servers.py
-sys.path.insert(0, str(HERE))
+from seekdata import _servers
 
-from tests.helpers import servers as _servers  # noqa: E402
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
 import _harness as H  # noqa: E402
 

@@ -2,30 +2,31 @@
 
 Writes a synthetic corpus of three kinds (``--size-mb`` MB each: tar shards of 4 KiB samples,
 uint16 token files, Parquet files of 1 KiB rows; files of ``--file-mb`` MB), uploads it to an
-S3 server on 127.0.0.1 (tests/helpers/servers.py), serves the same folder with uvicorn, and
+S3 server on 127.0.0.1 (seekdata._servers), serves the same folder with uvicorn, and
 measures seekdata's loader over the local files, over ``s3://`` and over ``http://`` (uvicorn
 reads only the range asked for). The timed ``s3`` runs talk to the server directly; the
 requests and bytes in the tables come from one more, untimed run of the same job through the
-counting proxy (tests/scripts/_fault_proxy.py), which is test equipment: a Python process that
+counting proxy (seekdata/_servers/fault_proxy.py), which is test equipment: a Python process that
 holds each response whole before passing it on would be timed as part of the loader.
 
 - ``resume``: a fresh process (``benchmarks/_remote_child.py``) that builds the dataset (its
   indexes exist), loads a state at ``--positions`` of the epoch and takes its first batch:
-  wall time from the process's start, median of ``--rounds``; for the remote run, the requests
-  and bytes the server sent before that batch (``--workers-resume`` workers, default 0: with
-  workers, their prefetch of later batches would be counted too);
+  wall time from the process's start, median of ``--rounds`` (local, s3 and http in a new
+  random order each round); for the remote run, the requests and bytes the server sent
+  before that batch (``--workers-resume`` workers, default 0: with workers, their prefetch of
+  later batches would be counted too);
 - ``steady``: items/s over ``--steps`` batches after ``--warmup``, ``--workers`` workers
-  (default 2), median of ``--rounds``; tar shards and Parquet rows in shard-local order,
-  token windows globally shuffled (``--windows-order shards``: ``TokenWindows(shard_windows=4096)``,
-  16 MiB shards, in shard-local order). For shard-local orders the default 100 steps lie
-  inside the order's first window (4 shards), which each worker fetched during the warmup:
-  they measure reading from memory. ``--steps 0`` runs to the epoch's end, through the later
-  windows, so each window's fetch is counted too. ``--no-reseed`` passes
-  ``reseed_global_rng=False``: a local dataset is read sample by sample with global RNG keyed
-  per sample, a remote one a batch at a time keyed once, so by default the local side alone
-  pays for seeding every sample; without it both read the same bytes with no RNG work.
-  ``--no-steady`` measures the resume alone. ``--cache DIR``: the remote datasets of the
-  steady runs share a ``Cache`` under DIR (empty at each run; tmpfs such as ``/dev/shm``
+  (default 2), median of ``--rounds`` (interleaved as above); tar shards and Parquet rows in
+  shard-local order, token windows globally shuffled (``--windows-order shards``:
+  ``TokenWindows(shard_windows=4096)``, 16 MiB shards, in shard-local order). For shard-local
+  orders the default 100 steps lie inside the order's first window (4 shards), which each
+  worker fetched during the warmup: they measure reading from memory. ``--steps 0`` runs to the
+  epoch's end, through the later windows, so each window's fetch is counted too.
+  ``--no-reseed`` passes ``reseed_global_rng=False``: a local dataset is read sample by sample
+  with global RNG keyed per sample, a remote one a batch at a time keyed once, so by default
+  the local side alone pays for seeding every sample; without it both read the same bytes with
+  no RNG work. ``--no-steady`` measures the resume alone. ``--cache DIR``: the remote datasets
+  of the steady runs share a ``Cache`` under DIR (empty at each run; tmpfs such as ``/dev/shm``
   keeps it in memory), so the workers fetch each block once instead of each streaming every
   shard.
 
@@ -52,9 +53,7 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,12 +62,11 @@ from typing import Any
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test servers: tests/helpers/servers.py
-
-from tests.helpers import servers as _servers  # noqa: E402
+import _common as C  # benchmarks/ is on sys.path when a script here runs
+from seekdata import _servers
 
 HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
 BUCKET = "bench-remote"
 KINDS = ("tar", "windows", "parquet")
 SEQ_LEN = 2048
@@ -166,7 +164,7 @@ def state_at(kind: str, urls: str, batch: int, fraction: float) -> tuple[dict[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = C.parser(__doc__, "remote", rounds=3)
     parser.add_argument("--size-mb", type=int, default=384, help="MB of each kind")
     parser.add_argument("--file-mb", type=int, default=32, help="MB per file")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
@@ -174,7 +172,6 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--workers-resume", type=int, default=0)
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=100, help="0: to the epoch's end")
     parser.add_argument(
@@ -200,8 +197,6 @@ def main() -> None:
     parser.add_argument(
         "--only-compare", action="store_true", help="run the comparison alone, into --out's JSON"
     )
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=str(HERE / "results" / "remote.json"))
     args = parser.parse_args()
     global WINDOWS_ORDER
     WINDOWS_ORDER = args.windows_order
@@ -244,20 +239,20 @@ def main() -> None:
             for fraction in args.positions:
                 state, step = state_at(kind, local, args.batch, fraction)
                 row: dict[str, Any] = {"kind": kind, "position": fraction, "step": step}
-                times: dict[str, list[float]] = {where: [] for where, _, _ in wheres}
-                for _ in range(args.rounds):  # rounds interleave the places: a load that
-                    for where, urls, opts in wheres:  # drifts weighs on each of them alike
-                        spec = job(kind, urls, opts, batch=args.batch, state=state,
-                                   workers=args.workers_resume, mode="first")  # fmt: skip
-                        times[where].append(run_first(spec))
+                firsts = {where: job(kind, urls, opts, batch=args.batch, state=state,
+                                     workers=args.workers_resume, mode="first")
+                          for where, urls, opts in wheres}  # fmt: skip
+                # rounds interleave the places: a load that drifts weighs on each alike
+                timed = C.rounds({w: lambda s=s: run_first(s) for w, s in firsts.items()},
+                                 args.rounds)  # fmt: skip
                 proxy.reset()
                 run_first(job(kind, wheres[1][1], {"storage_options": counted}, batch=args.batch,
                               state=state, workers=args.workers_resume, mode="first"))  # fmt: skip
                 stats = proxy.stats()
                 row["requests"], row["bytes"] = stats["requests"], stats["body_bytes"]
-                for where, runs in times.items():
-                    row[f"{where}_s"] = statistics.median(runs)
-                    row[f"{where}_runs"] = runs
+                for where, runs in timed.items():
+                    row[f"{where}_s"] = runs["median"]
+                    row[f"{where}_runs"] = runs["runs"]
                 row["ratio"] = row["s3_s"] / row["local_s"]
                 row["http_ratio"] = row["http_s"] / row["local_s"]
                 results["resume"].append(row)
@@ -265,23 +260,27 @@ def main() -> None:
             if args.no_steady:
                 continue
             row = {"kind": kind, "workers": args.workers}
-            counting = ("s3 counted", wheres[1][1], {"storage_options": counted})
-            for where, urls, opts in [*wheres, counting]:
-                rates = []
-                for _ in range(1 if where == "s3 counted" else args.rounds):
-                    spec = job(kind, urls, opts, batch=args.batch, state=None, mode="steady")
-                    spec.update(workers=args.workers, warmup=args.warmup, steps=args.steps)
-                    spec["reseed"] = not args.no_reseed
-                    proxy.reset()
-                    if args.cache and where != "local":  # empty each run: a first read
-                        spec["cache"] = tempfile.mkdtemp(prefix="run-", dir=args.cache)
-                    rates.append(run_steady(spec))
-                    if where == "s3 counted":  # what the server sent, all workers together
-                        row["s3_bytes"] = proxy.stats()["body_bytes"]
+
+            def steady(where: str, urls: str, opts: dict[str, Any], kind: str = kind) -> float:
+                spec = job(kind, urls, opts, batch=args.batch, state=None, mode="steady")
+                spec.update(workers=args.workers, warmup=args.warmup, steps=args.steps)
+                spec["reseed"] = not args.no_reseed
+                proxy.reset()
+                if args.cache and where != "local":  # empty each run: a first read
+                    spec["cache"] = tempfile.mkdtemp(prefix="run-", dir=args.cache)
+                try:
+                    return run_steady(spec)
+                finally:
                     if spec.get("cache"):
                         shutil.rmtree(spec["cache"], ignore_errors=True)
-                if where != "s3 counted":
-                    row[f"{where}_per_s"] = statistics.median(rates)
+
+            rates = C.rounds({where: lambda w=where, u=urls, o=opts: steady(w, u, o)
+                              for where, urls, opts in wheres}, args.rounds)  # fmt: skip
+            for where, runs in rates.items():
+                row[f"{where}_per_s"] = runs["median"]
+            # one untimed run more through the proxy: what the server sent, all workers together
+            steady("s3 counted", wheres[1][1], {"storage_options": counted})
+            row["s3_bytes"] = proxy.stats()["body_bytes"]
             row["ratio"] = row["s3_per_s"] / row["local_per_s"]
             row["http_ratio"] = row["http_per_s"] / row["local_per_s"]
             results["steady"].append(row)
@@ -319,54 +318,46 @@ def compare(args: argparse.Namespace, data: pathlib.Path, s3: Any, proxy: Any) -
     return list(json.loads(rows[-1][len("ROWS ") :])) if rows else [{"error": "no rows"}]
 
 
+#: the tables' columns (key, header, format); the README and docs/remote.md print them so
+RESUME_COLUMNS: list[C.Column] = [
+    ("kind", "kind", "{}"),
+    ("position", "position", "{:.0%}"),
+    ("local_s", "local s", "{:.2f}"),
+    ("s3_s", "s3 s", "{:.2f}"),
+    ("ratio", "s3 / local", "{:.2f}"),
+    ("requests", "s3 requests", "{}"),
+    ("bytes", "s3 bytes", "{:,}"),
+    ("http_s", "http s", "{:.2f}"),
+    ("http_ratio", "http / local", "{:.2f}"),
+]
+STEADY_COLUMNS: list[C.Column] = [
+    ("kind", "kind", "{}"),
+    ("local_per_s", "local", "{:,.0f}"),
+    ("s3_per_s", "s3", "{:,.0f}"),
+    ("ratio", "s3 / local", "{:.2f}"),
+    ("s3_bytes", "s3 MB sent", lambda r: f"{r['s3_bytes'] / 1e6:,.0f}" if "s3_bytes" in r else "-"),
+    ("http_per_s", "http", "{:,.0f}"),
+    ("http_ratio", "http / local", "{:.2f}"),
+]
+
+
 def report(args: argparse.Namespace, data: pathlib.Path, results: dict[str, Any]) -> None:
     where = (f"{args.size_mb} MB of each kind, {args.file_mb} MB files, batch {args.batch}, "
              f"s3: {args.s3_server}")  # fmt: skip
     print(f"\nresume to first batch, fresh process ({where}, workers {args.workers_resume})")
-    print("| kind | position | local s | s3 s | s3 / local | s3 requests | s3 bytes "
-          "| http s | http / local |")  # fmt: skip
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in results["resume"]:
-        print(f"| {r['kind']} | {r['position']:.0%} | {r['local_s']:.2f} | {r['s3_s']:.2f} | "
-              f"{r['ratio']:.2f} | {r['requests']} | {r['bytes']:,} | {r['http_s']:.2f} | "
-              f"{r['http_ratio']:.2f} |")  # fmt: skip
+    print(C.markdown(results["resume"], RESUME_COLUMNS, numbers=True))
     print(f"\nsteady throughput, items/s, workers {args.workers}")
-    print("| kind | local | s3 | s3 / local | s3 MB sent | http | http / local |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in results["steady"]:
-        sent = f"{r['s3_bytes'] / 1e6:,.0f}" if "s3_bytes" in r else "-"
-        print(
-            f"| {r['kind']} | {r['local_per_s']:,.0f} | {r['s3_per_s']:,.0f} | {r['ratio']:.2f} "
-            f"| {sent} | {r['http_per_s']:,.0f} | {r['http_ratio']:.2f} |"
-        )
+    print(C.markdown(results["steady"], STEADY_COLUMNS, numbers=True))
     if results["compare"]:
         print("\nthe same tar samples, other loaders, same server")
         print(json.dumps(results["compare"], indent=1))
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "load": os.getloadavg(),
-        "args": vars(args),
-        "data": str(data),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip(),
-    }
-    out.write_text(json.dumps({"meta": meta, **results}, indent=1))
-    plot(results, out.with_suffix(".png"))
+    out = C.write(args, results, data=str(data))
+    C.plot(out.with_suffix(".png"), lambda plt: plot(plt, results))
     print(f"wrote {out}")
 
 
-def plot(results: dict[str, Any], path: pathlib.Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
+def plot(plt: Any, results: dict[str, Any]) -> Any:
+    """The resume times against the position, and the steady rates, per kind and place."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     styles = {"local": "x--", "s3": "o-", "http": "s:"}
     for kind in sorted({r["kind"] for r in results["resume"]}):
@@ -385,8 +376,7 @@ def plot(results: dict[str, Any], path: pathlib.Path) -> None:
     axes[1].set_xticks(x, [r["kind"] for r in steady])
     axes[1].set(ylabel="items/s (workers 2)")
     axes[1].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return fig
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """Which filesystem layer reads byte ranges fastest: fsspec (s3fs, HTTPFileSystem) vs obstore.
 
-Starts moto's S3 server and a uvicorn static-file server (tests/helpers/servers.py) on 127.0.0.1,
+Starts moto's S3 server and a uvicorn static-file server (seekdata._servers) on 127.0.0.1,
 puts ``--objects`` objects of ``--size-mb`` MB in a bucket (and the same files behind the HTTP
 server), then for each back-end measures, on the same objects:
 
 - ``cold``: a fresh process that imports the back-end, makes its client and reads one 4 KiB
-  range (what a spawned DataLoader worker pays once), median wall time (a bare
-  ``python -c pass`` is in the JSON as ``python_start_s``);
+  range (what a spawned DataLoader worker pays once), median wall time of ``--rounds``, the
+  back-ends in a new random order each round (a bare ``python -c pass``, run among them, is
+  in the JSON as ``python_start_s``);
 - ``small p50/p90``: latency of single 4 KiB range reads at random offsets, one at a time;
 - ``small x T``: 4 KiB reads from T threads at once: requests per second;
 - ``large``: MB/s of ``--large-mb`` MB range reads, one at a time, and from T threads;
@@ -22,9 +23,8 @@ server), then for each back-end measures, on the same objects:
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 import pathlib
-import platform
 import statistics
 import subprocess
 import sys
@@ -34,10 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test servers: tests/helpers/servers.py
-
-from tests.helpers import servers as _servers  # noqa: E402
+import _common as C  # benchmarks/ is on sys.path when a script here runs
+from seekdata import _servers
 
 KIB = 1024
 MB = 1_000_000
@@ -116,6 +114,9 @@ def obstore_http_reader(server: _servers.Server) -> tuple[Reader, Callable[..., 
     return read, batch
 
 
+#: the library each back-end needs: one not installed is left out of the run, with a note
+LIBRARY = {"fsspec/s3fs": "s3fs", "fsspec/http": "fsspec", "obstore": "obstore"}
+
 BACKENDS = {
     ("s3", "fsspec/s3fs"): s3fs_reader,
     ("s3", "obstore"): obstore_s3_reader,
@@ -176,13 +177,10 @@ def fork_check(name: str, url: str, key: str) -> str:
     return "ok" if done.returncode == 0 else "hangs" if b"Timeout" in done.stderr else "fails"
 
 
-def cold_start_s(code: str, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def cold_start_s(code: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return time.perf_counter() - t0
 
 
 def offsets(count: int, size: int, span: int, salt: int) -> list[int]:
@@ -257,7 +255,7 @@ def measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = C.parser(__doc__, "remote_backends", rounds=5)
     parser.add_argument("--objects", type=int, default=3)
     parser.add_argument("--size-mb", type=int, default=100)
     parser.add_argument("--small-n", type=int, default=400, help="4 KiB reads per measure")
@@ -265,13 +263,12 @@ def main() -> None:
     parser.add_argument("--large-n", type=int, default=24)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--batch-rounds", type=int, default=20)
-    parser.add_argument("--cold-rounds", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: small objects")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/remote_backends.json"))
+    # --rounds (cold starts) was --cold-rounds: the old spelling still works
+    parser.add_argument("--cold-rounds", type=int, dest="rounds", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.objects, args.size_mb, args.small_n, args.large_n = 2, 20, 80, 6
-        args.batch_rounds, args.cold_rounds = 5, 2
+        args.batch_rounds, args.rounds = 5, 2
     size = args.size_mb * MB
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
@@ -291,16 +288,21 @@ def main() -> None:
             t0 = time.perf_counter()
             _servers.upload(s3, BUCKET, data)
             print(f"  uploaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-            base = cold_start_s("pass", args.cold_rounds)
+            missing = sorted(n for n, lib in LIBRARY.items() if not importlib.util.find_spec(lib))
+            if missing:
+                print(f"  left out, not installed: {', '.join(missing)}", file=sys.stderr)
+            codes = {n: COLD[n].format(url=s3.url, key=keys[0]) for n in COLD if n not in missing}
+            codes["python"] = "pass"  # the interpreter's own start, among the others
+            cases = {name: lambda code=code: cold_start_s(code) for name, code in codes.items()}
+            starts = C.rounds(cases, args.rounds)
             for (kind, name), make in BACKENDS.items():
+                if name in missing:
+                    continue
                 read, batch = make(s3 if kind == "s3" else http)
                 row: dict[str, Any] = {"server": kind, "backend": name}
                 row.update(measure(read, batch, args, keys, size, expect))
                 if kind == "s3":
-                    code = COLD["obstore" if name == "obstore" else name].format(
-                        url=s3.url, key=keys[0]
-                    )
-                    row["cold_s"] = cold_start_s(code, args.cold_rounds)
+                    row["cold_s"] = starts[name]["median"]
                     row["fork"] = fork_check(row["backend"], s3.url, keys[0])
                 rows.append(row)
                 print(f"  {kind:4} {name:12} done", file=sys.stderr)
@@ -316,22 +318,10 @@ def main() -> None:
         ("batch64_ms", "64×4K batch ms", "{:.1f}"),
         ("fork", "after fork", "{}"),
     ]
-    print("| " + " | ".join(c[1] for c in columns) + " |")
-    print("| " + " | ".join("---" for _ in columns) + " |")
-    for row in rows:
-        cells = [fmt.format(row[k]) if k in row else "" for k, _, fmt in columns]
-        print("| " + " | ".join(cells) + " |")
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": __import__("os").cpu_count(),
-        "args": vars(args),
-        "python_start_s": base,
-        "versions": {m: _version(m) for m in ("s3fs", "fsspec", "obstore", "moto", "uvicorn")},
-    }
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(C.markdown(rows, columns))
+    versions = {m: _version(m) for m in ("s3fs", "fsspec", "obstore", "moto", "uvicorn")}
+    out = C.write(args, {"rows": rows}, python_start_s=starts["python"]["median"],
+                  versions=versions)  # fmt: skip
     print(f"wrote {out}")
 
 

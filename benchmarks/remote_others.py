@@ -23,13 +23,14 @@ import glob
 import json
 import os
 import pathlib
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from typing import Any
+
+import _common as C  # benchmarks/ is on sys.path when a script here runs
 
 KEY, SECRET = "testing", "testing"
 
@@ -182,10 +183,10 @@ def main() -> None:
                 firsts.append(run_child(lib, "first", job, n)["seconds"])
                 stats = proxy(job, "/__proxy__/stats")
                 fetched.append((stats["requests"], stats["body_bytes"]))
-            row["first_s"] = statistics.median(firsts)
+            row["first_s"] = C.median(firsts)
             row["requests"], row["bytes"] = fetched[-1]
-            row["per_s"] = statistics.median(
-                run_child(lib, "steady", job, n)["per_s"] for _ in range(job["rounds"])
+            row["per_s"] = C.median(
+                [run_child(lib, "steady", job, n)["per_s"] for _ in range(job["rounds"])]
             )
         except Exception as exc:  # a library that fails here is reported, not hidden
             row["error"] = str(exc)[-500:]

@@ -24,13 +24,13 @@ def scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-# -- real servers on 127.0.0.1, one of each per test session (tests/helpers/servers.py) ----------
+# -- real servers on 127.0.0.1, one of each per test session (seekdata._servers) -------------------
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> Any:
     """moto's S3 server, its own process."""
-    from tests.helpers import servers as _servers
+    from seekdata import _servers
 
     with _servers.s3_server() as server:
         yield server
@@ -40,7 +40,7 @@ def s3_server() -> Any:
 def s3_proxy(s3_server: Any) -> Any:
     """The counting, fault-injecting proxy in front of the S3 server (no faults unless a test
     asks, and then only until it ends)."""
-    from tests.helpers import servers as _servers
+    from seekdata import _servers
 
     with _servers.fault_proxy(s3_server) as proxy:
         yield proxy
@@ -64,7 +64,7 @@ def http_root(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def http_server(http_root: pathlib.Path) -> Any:
     """uvicorn serving ``http_root`` with starlette's StaticFiles (Range honoured)."""
-    from tests.helpers import servers as _servers
+    from seekdata import _servers
 
     with _servers.http_server(http_root) as server:
         yield server

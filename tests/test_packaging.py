@@ -16,10 +16,11 @@ import pytest
 ROOT = pathlib.Path(__file__).parent.parent
 
 
-@pytest.mark.slow
-def test_sdist_and_wheel_build_and_pass_twine_check(tmp_path: pathlib.Path) -> None:
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, pathlib.Path]:
+    """The sdist and the wheel built from it, once for this file's tests."""
     pytest.importorskip("build", reason="the test extra installs build")
-    pytest.importorskip("twine", reason="the test extra installs twine")
+    tmp_path = tmp_path_factory.mktemp("dist")
     # no isolation: the build backend comes from the test extra, so no index is needed; the
     # wheel is built from the unpacked sdist, so the sdist must hold what the build needs
     built = subprocess.run(
@@ -31,6 +32,15 @@ def test_sdist_and_wheel_build_and_pass_twine_check(tmp_path: pathlib.Path) -> N
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (sdist,) = tmp_path.glob("seekdata-*.tar.gz")
     (wheel,) = tmp_path.glob("seekdata-*-py3-none-any.whl")
+    return sdist, wheel
+
+
+@pytest.mark.slow
+def test_sdist_and_wheel_build_and_pass_twine_check(
+    dist: tuple[pathlib.Path, pathlib.Path],
+) -> None:
+    pytest.importorskip("twine", reason="the test extra installs twine")
+    sdist, wheel = dist
     checked = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel)],
         capture_output=True,
@@ -57,6 +67,65 @@ def test_sdist_and_wheel_build_and_pass_twine_check(tmp_path: pathlib.Path) -> N
     assert "License-Expression: Apache-2.0" in metadata
     assert "Classifier: Programming Language :: Python :: 3" in metadata
     assert "Provides-Extra: webdataset" in metadata
+
+
+#: what ``python -m seekdata.demo`` and ``--elastic`` run, in the package (issue 36.6)
+DEMO_FILES = {
+    "seekdata/demo.py",
+    "seekdata/tools/demo/__init__.py",
+    "seekdata/tools/demo/__main__.py",
+    "seekdata/tools/demo/preempted.py",
+    "seekdata/tools/demo/elastic.py",
+    "seekdata/tools/demo/supervisor.py",
+    "seekdata/tools/demo/figures.py",
+    "seekdata/tools/demo/elastic_train.py",
+}
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_what_the_demos_run(
+    dist: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    """``python -m seekdata.demo --elastic`` failed from a wheel: its training script was
+    ``examples/elastic_train.py``, which no wheel holds. The wheel has it, and a venv with the
+    wheel installed (and nothing of this checkout on its path) finds it there."""
+    _, wheel = dist
+    with zipfile.ZipFile(wheel) as whl:
+        files = set(whl.namelist())
+    assert files >= DEMO_FILES, sorted(DEMO_FILES - files)
+    # the wheel alone; torch and the rest from this interpreter's site-packages
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True, timeout=120)  # fmt: skip
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", str(wheel)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    code = (
+        "import pathlib, seekdata\n"
+        "from seekdata.tools.demo import elastic\n"
+        "script = pathlib.Path(elastic.parse([]).script)\n"
+        "print(seekdata.__file__, script, script.is_file(), sep='\\n')\n"
+    )
+    found = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
+                           env=env, cwd=tmp_path)  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    module, script, exists = found.stdout.split("\n")[:3]
+    assert module.startswith(str(venv)), module  # the wheel's seekdata, not this checkout's
+    assert script.startswith(str(venv)) and exists == "True", script
+    helped = subprocess.run(
+        [python, "-m", "seekdata.demo", "--elastic", "--help"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout.startswith("usage: python -m seekdata.demo --elastic")
+    # the script the demo runs, as torchrun would start it on each rank
+    ran = subprocess.run([python, script, "--help"], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 0 and "--global-batch" in ran.stdout, ran.stderr
 
 
 # --- issue 35.5: every combination of extras the docs name resolves in a fresh environment ----

@@ -10,8 +10,9 @@ script decides at each start is its per-rank batch: the global batch ÷ the worl
     loader = seekdata.StatefulDataLoader(dataset, batch_size=batch, sampler=..., seed=...)
     loader.load_state_dict(ckpt["loader"])  # written on any world size, the same global batch
 
-``examples/elastic_train.py`` is the whole script; ``docs/elastic.md`` ("Across nodes with
-torchrun") the launch lines and the settings that make torchrun's restarts work.
+:mod:`seekdata.tools.demo.elastic_train` is the whole script (``examples/elastic_train.py``
+runs it); ``docs/elastic.md`` ("Across nodes with torchrun") the launch lines and the settings
+that make torchrun's restarts work.
 """
 
 from __future__ import annotations

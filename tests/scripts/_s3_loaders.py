@@ -25,8 +25,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # tests.he
 from torch.utils.data import default_collate
 
 import seekdata
+from seekdata import _servers
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 
 
 def collect_on_the_client_loop() -> None:

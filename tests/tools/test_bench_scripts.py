@@ -1,4 +1,4 @@
-"""The throughput and mixture scripts in benchmarks/ run and write what their docs cite.
+"""The throughput, mixture and remote scripts in benchmarks/ run and write what their docs cite.
 
 Only that they run, print their table and write JSON and a plot: no timing is asserted.
 """
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+
+import pytest
 
 from tests.helpers.scripts import script
 
@@ -54,3 +56,44 @@ def test_batched_reads_write_ratios_to_the_dataloader_and_a_plot(tmp_path: pathl
     rows = json.loads((tmp_path / "b_alternate.json").read_text())["rows"]
     assert {r["loader"] for r in rows} == {"DataLoader", "seekdata"}
     assert (tmp_path / "b_alternate.png").stat().st_size > 0
+
+
+def test_remote_resume_prints_its_table_and_writes_its_json_keys(tmp_path: pathlib.Path) -> None:
+    """benchmarks/remote.py at its smallest (moto, one kind, one position, one round): the
+    resume table and the JSON keys benchmarks/README.md documents, the rounds' runs, a plot."""
+    for module in ("moto", "s3fs", "uvicorn", "webdataset"):
+        pytest.importorskip(module)
+    out = tmp_path / "r.json"
+    text = script(
+        "remote.py", "--s3-server", "moto", "--kinds", "tar", "--size-mb", "2", "--file-mb", "1",
+        "--positions", "0.5", "--rounds", "1", "--no-steady", "--out", str(out),
+    )  # fmt: skip
+    data = json.loads(out.read_text())
+    assert set(data) == {"meta", "resume", "steady", "compare"}
+    assert data["meta"]["args"]["rounds"] == 1 and data["meta"]["cpus"] > 0
+    (row,) = data["resume"]
+    assert row["kind"] == "tar" and row["position"] == 0.5 and row["requests"] > 0
+    for where in ("local", "s3", "http"):
+        assert row[f"{where}_s"] > 0 and len(row[f"{where}_runs"]) == 1
+    header = "| kind | position | local s | s3 s | s3 / local | s3 requests | s3 bytes | http s |"
+    assert header in text and "| tar | 50% |" in text
+    assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_remote_backends_prints_its_table_and_writes_its_json(tmp_path: pathlib.Path) -> None:
+    """benchmarks/remote_backends.py at its smallest: a row per installed back-end, the table's
+    header, the interpreter's own start among the cold starts."""
+    for module in ("moto", "s3fs", "uvicorn"):
+        pytest.importorskip(module)
+    out = tmp_path / "b.json"
+    text = script(
+        "remote_backends.py", "--objects", "1", "--size-mb", "2", "--small-n", "8",
+        "--large-mb", "1", "--large-n", "1", "--threads", "2", "--batch-rounds", "1",
+        "--rounds", "1", "--out", str(out),
+    )  # fmt: skip
+    data = json.loads(out.read_text())
+    assert data["meta"]["python_start_s"] > 0 and "versions" in data["meta"]
+    rows = {(r["server"], r["backend"]): r for r in data["rows"]}
+    assert {("s3", "fsspec/s3fs"), ("http", "fsspec/http")} <= set(rows)
+    assert rows["s3", "fsspec/s3fs"]["cold_s"] > 0 and rows["s3", "fsspec/s3fs"]["fork"] == "ok"
+    assert "| server | back-end | cold start s | 4K p50 ms |" in text

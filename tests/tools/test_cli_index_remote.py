@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import seekdata.sources.wds.tarindex as tarindex
+from seekdata import _servers
 from seekdata.tools.cli import main
-from tests.helpers import servers
 
 pytest.importorskip("s3fs")
 
@@ -49,9 +49,9 @@ def pattern(n: int, prefix: str = "") -> str:
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[servers.Server]:
-    with servers.s3_server() as server:
-        client = servers.s3_client(server)
+def s3() -> Iterator[_servers.Server]:
+    with _servers.s3_server() as server:
+        client = _servers.s3_client(server)
         client.create_bucket(Bucket=BUCKET)
         for i in range(MANY):
             client.put_object(Bucket=BUCKET, Key=f"s{i:06d}.tar", Body=tar_bytes(i))
@@ -90,13 +90,13 @@ def command(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedP
 
 
 def test_peak_memory_does_not_grow_with_the_shards(
-    s3: servers.Server, tmp_path: pathlib.Path
+    s3: _servers.Server, tmp_path: pathlib.Path
 ) -> None:
     env = bare_env(
         AWS_ENDPOINT_URL=s3.url,
-        AWS_ACCESS_KEY_ID=servers.S3_KEY,
-        AWS_SECRET_ACCESS_KEY=servers.S3_SECRET,
-        AWS_DEFAULT_REGION=servers.S3_REGION,
+        AWS_ACCESS_KEY_ID=_servers.S3_KEY,
+        AWS_SECRET_ACCESS_KEY=_servers.S3_SECRET,
+        AWS_DEFAULT_REGION=_servers.S3_REGION,
     )  # the environment only: the command as it was before --storage-option
     peaks = {}
     for n in (FEW, MANY):
@@ -113,9 +113,9 @@ def test_peak_memory_does_not_grow_with_the_shards(
 
 
 def test_storage_options_reach_the_server_without_the_environment(
-    s3: servers.Server, tmp_path: pathlib.Path
+    s3: _servers.Server, tmp_path: pathlib.Path
 ) -> None:
-    options: dict[str, Any] = servers.s3_options(s3)
+    options: dict[str, Any] = _servers.s3_options(s3)
     flags = [
         f"--storage-option=endpoint_url={options['endpoint_url']}",  # not JSON: a string
         f"--storage-option=key={options['key']}",
@@ -127,7 +127,7 @@ def test_storage_options_reach_the_server_without_the_environment(
     assert done.stdout == (
         "built or found current 3 remote indexes: 3 shards, 12 samples; indexes beside the shards\n"
     )
-    client = servers.s3_client(s3)
+    client = _servers.s3_client(s3)
     kept = client.get_object(Bucket=BUCKET, Key=f"s000001.tar{tarindex.INDEX_SUFFIX}")
     assert json.loads(kept["Body"].read())["shard"] == f"s3://{BUCKET}/s000001.tar"
     # all of them as one JSON object in a file (secrets off the command line)
@@ -139,10 +139,10 @@ def test_storage_options_reach_the_server_without_the_environment(
     assert options["secret"] not in done.stdout + done.stderr
 
 
-def test_storage_options_reach_token_files(s3: servers.Server) -> None:
+def test_storage_options_reach_token_files(s3: _servers.Server) -> None:
     tokens = np.array([5, 6, 0, 7, 8, 9, 0, 1], dtype=np.uint16)  # eos 0: 3 documents
-    servers.s3_client(s3).put_object(Bucket=BUCKET, Key="tok/t0.bin", Body=tokens.tobytes())
-    options = json.dumps(servers.s3_options(s3))
+    _servers.s3_client(s3).put_object(Bucket=BUCKET, Key="tok/t0.bin", Body=tokens.tobytes())
+    options = json.dumps(_servers.s3_options(s3))
     url = f"s3://{BUCKET}/tok/t0.bin"
     done, _ = command(["index", "--eos-id", "0", "--storage-options", options, url], bare_env())
     assert done.returncode == 0, done.stderr

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from seekdata.tools import demo
+from seekdata.tools.demo import preempted
 from tests.helpers.paths import ROOT
 
 
 def test_sigkill_three_times_and_resume_is_bit_identical(tmp_path, capsys) -> None:
-    args = demo.parse(
+    args = preempted.parse(
         [
             "--ranks",
             "2",
@@ -46,7 +46,7 @@ def test_sigkill_three_times_and_resume_is_bit_identical(tmp_path, capsys) -> No
             "240",
         ]
     )
-    summary = demo.run_demo(args)
+    summary = preempted.run_demo(args)
     assert len(summary["kills"]) == 3
     assert summary["params_equal"] and summary["losses_equal"]
     saved = json.loads((tmp_path / "demo" / "summary.json").read_text())
@@ -85,9 +85,11 @@ def test_a_sigkill_at_the_time_limit_leaves_no_rank_running(tmp_path) -> None:
     run = tmp_path / "job"
     run.mkdir()
     argv = ["--ranks", "2", "--workers", "1", "--steps", "100000", "--n", "48"]
-    args = demo.parse([*argv, "--batch-size", "8", "--ckpt-every", "1000", "--out", str(tmp_path)])
+    args = preempted.parse(
+        [*argv, "--batch-size", "8", "--ckpt-every", "1000", "--out", str(tmp_path)]
+    )
     try:
-        killed = demo._wait(demo._launch(args, run, 1), run, 240, 2)
+        killed = preempted._wait(preempted._launch(args, run, 1), run, 240, 2)
         assert not killed  # it was killed at step 2, long before its end
         assert _job_processes(run) == []
     finally:
@@ -106,13 +108,13 @@ def test_a_sigkill_at_the_time_limit_leaves_no_rank_running(tmp_path) -> None:
 )
 def test_bad_flags(argv, match, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
-        demo.parse(argv)
+        preempted.parse(argv)
     assert exit_.value.code == 2 and match in capsys.readouterr().err
 
 
 def test_the_readme_command_still_runs_the_demo() -> None:
-    """``python -m seekdata.demo`` (the README's one command) reaches tools/demo.py, whose
-    torchrun workers start ``-m seekdata.tools.demo``."""
+    """``python -m seekdata.demo`` (the README's one command) reaches tools/demo/preempted.py,
+    whose torchrun workers start ``-m seekdata.tools.demo.preempted``."""
     out = subprocess.run(
         [sys.executable, "-m", "seekdata.demo", "--help"], capture_output=True, text=True
     )
@@ -120,8 +122,8 @@ def test_the_readme_command_still_runs_the_demo() -> None:
 
 
 def test_the_elastic_demo_is_one_flag_away() -> None:
-    """``python -m seekdata.demo --elastic`` reaches tools/demo_elastic.py (its run is tested in
-    tests/test_elastic_torchrun.py)."""
+    """``python -m seekdata.demo --elastic`` reaches tools/demo/elastic.py (its run is tested in
+    tests/tools/test_elastic_torchrun.py)."""
     out = subprocess.run(
         [sys.executable, "-m", "seekdata.demo", "--elastic", "--help"],
         capture_output=True,
@@ -139,20 +141,20 @@ def test_the_elastic_demo_is_one_flag_away() -> None:
     ],
 )
 def test_bad_elastic_flags(argv, match, capsys) -> None:
-    from seekdata.tools import demo_elastic
+    from seekdata.tools.demo import elastic
 
     with pytest.raises(SystemExit) as exit_:
-        demo_elastic.parse(argv)
+        elastic.parse(argv)
     assert exit_.value.code == 2 and match in capsys.readouterr().err
 
 
 def _report(out: Path) -> dict:
     """The demo's last step, on made-up losses of two ranks (no job is run)."""
-    args = demo.parse(["--out", str(out), "--ranks", "2", "--steps", "4", "--kills", "1"])
+    args = preempted.parse(["--out", str(out), "--ranks", "2", "--steps", "4", "--kills", "1"])
     out.mkdir()
     ref = [{1: 0.5, 2: 0.25, 3: 0.125, 4: 0.0625}, {1: 0.4, 2: 0.2, 3: 0.1, 4: 0.05}]
     cut = [dict(per) for per in ref]
-    return demo.report(args, ref, cut, [2], params_equal=True)
+    return preempted.report(args, ref, cut, [2], params_equal=True)
 
 
 def test_the_report_writes_and_names_the_plot(tmp_path, capsys) -> None:
@@ -179,7 +181,7 @@ def test_the_demo_output_folder_is_ignored_by_git() -> None:
     root = ROOT
     if shutil.which("git") is None or not (root / ".git").exists():
         pytest.skip("not a git checkout")
-    out = demo.parse([]).out
+    out = preempted.parse([]).out
     for name in ("losses.png", "summary.json", "interrupted/rank0.jsonl"):
         ignored = subprocess.run(
             ["git", "check-ignore", "--no-index", "-q", f"{out}/{name}"], cwd=root, timeout=60
@@ -207,7 +209,7 @@ def test_a_sigabrt_after_the_results_are_written_is_not_reported_as_a_failure(
     for rank in range(2):
         (run / f"rank{rank}.jsonl").write_text('{"step": 4, "epoch": 0, "loss": 1.0}\n')
     (run / "final.pt").write_bytes(b"")
-    assert demo._wait(proc, run, 60, None, demo._complete(run, 2, 4)) is True
+    assert preempted._wait(proc, run, 60, None, preempted._complete(run, 2, 4)) is True
     printed = capsys.readouterr().out
     assert "killed by SIGABRT at interpreter shutdown, after it wrote all its results" in printed
     assert "pytorch/pytorch#190489" in printed and "seekdata.exit_ddp()" in printed
@@ -223,7 +225,7 @@ def test_a_job_that_failed_before_its_results_or_otherwise_is_a_failure(
     (run / "rank1.jsonl").write_text(f'{{"step": {rank1_step}, "epoch": 0, "loss": 1.0}}\n')
     (run / "final.pt").write_bytes(b"")
     with pytest.raises(RuntimeError, match="failed \\(exit 1\\)"):
-        demo._wait(proc, run, 60, None, demo._complete(run, 2, 4))
+        preempted._wait(proc, run, 60, None, preempted._complete(run, 2, 4))
 
 
 def test_the_help_says_the_kill_steps_are_drawn_from_the_seed() -> None:
@@ -236,8 +238,10 @@ def test_the_help_says_the_kill_steps_are_drawn_from_the_seed() -> None:
     )
     text = " ".join(out.stdout.split())
     assert "drawn at random from --seed: the same steps on every run" in text, out.stdout
-    args = demo.parse(["--steps", "40", "--kills", "3", "--seed", "5"])
-    assert demo.kill_steps(args) == demo.kill_steps(demo.parse(["--kills", "3", "--seed", "5"]))
+    args = preempted.parse(["--steps", "40", "--kills", "3", "--seed", "5"])
+    assert preempted.kill_steps(args) == preempted.kill_steps(
+        preempted.parse(["--kills", "3", "--seed", "5"])
+    )
 
 
 def test_the_plot_has_a_legend_entry_for_the_steps_run_again() -> None:
@@ -248,9 +252,9 @@ def test_the_plot_has_a_legend_entry_for_the_steps_run_again() -> None:
 
     ref = [{s: 1.0 / s for s in range(1, 13)}]
     segments = [(1, 7, 2), (7, 10, 1), (10, 12, 2)]  # killed after 7 and 10, resumed at 7, 10
-    assert demo.rerun_steps(segments) == [(7, 7), (10, 10)]
-    assert demo.rerun_steps([(1, 6, 2), (7, 12, 1)]) == []  # resumed right after: none again
-    fig = demo.figure(ref, [dict(ref[0])], [7, 10], segments)
+    assert preempted.rerun_steps(segments) == [(7, 7), (10, 10)]
+    assert preempted.rerun_steps([(1, 6, 2), (7, 12, 1)]) == []  # resumed right after: none again
+    fig = preempted.figure(ref, [dict(ref[0])], [7, 10], segments)
     try:
         texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     finally:

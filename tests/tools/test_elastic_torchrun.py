@@ -1,5 +1,5 @@
 """A real elastic run: two torchrun agents on 127.0.0.1 share one c10d rendezvous
-(``--nnodes=1:2``, 2 processes each, gloo) and run examples/elastic_train.py. One agent and
+(``--nnodes=1:2``, 2 processes each, gloo) and run the packaged elastic_train.py. One agent and
 its workers are SIGKILLed after step 8 (a node lost): the survivor restarts on 2 ranks from
 checkpoint 6. A new agent starts after step 11 (a node back): the job restarts on 4 ranks from
 checkpoint 9. Every step of every start is checked against an uninterrupted 4-rank run.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from seekdata.tools import demo_elastic
+from seekdata.tools.demo import elastic
 
 N, STEPS, EVERY, KILL_AT, BACK_AT = 96, 16, 3, 8, 11
 EPOCH = 6  # global steps of 16 samples per epoch of 96
@@ -28,18 +28,18 @@ def _flat(step: dict) -> Counter:
 def test_torchrun_loses_a_node_and_gets_it_back_and_every_step_sees_the_same_samples(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = demo_elastic.parse(
+    args = elastic.parse(
         ["--out", str(tmp_path), "--steps", str(STEPS), "--kill-at", str(KILL_AT),
          "--back-at", str(BACK_AT), "--ckpt-every", str(EVERY), "--n", str(N),
          "--global-batch", "16", "--timeout", "240"]
     )  # fmt: skip
-    story = demo_elastic.run_story(tmp_path, args)
+    story = elastic.run_story(tmp_path, args)
     for pid_file in (tmp_path / "elastic" / "pids").iterdir():  # nothing left running
         pid = int(pid_file.read_text())
-        assert not Path(f"/proc/{pid}").exists() or "demo_elastic" not in _cmdline(pid)
+        assert not Path(f"/proc/{pid}").exists() or elastic._WORKER_MODULE not in _cmdline(pid)
 
     (reference,) = story["uninterrupted"]
-    ref = demo_elastic.steps_of(reference)
+    ref = elastic.steps_of(reference)
     assert sorted(ref) == list(range(1, STEPS + 1)) and reference["world"] == 4
     for epoch_start in range(0, STEPS - EPOCH + 1, EPOCH):  # each epoch: every sample once
         seen = sum(
@@ -63,7 +63,7 @@ def test_torchrun_loses_a_node_and_gets_it_back_and_every_step_sees_the_same_sam
     done = 0  # the highest step any earlier start ran
     last: dict[int, dict] = {}
     for start in starts:
-        steps = demo_elastic.steps_of(start)
+        steps = elastic.steps_of(start)
         resumed = start["resumed_from"]
         # a checkpoint of an earlier start, never beyond what ran: nothing skipped
         assert resumed % EVERY == 0 and resumed <= done, (start["id"], resumed, done)
@@ -77,13 +77,13 @@ def test_torchrun_loses_a_node_and_gets_it_back_and_every_step_sees_the_same_sam
             if start["worlds"] == [4]:  # never on another world size: the same float math
                 assert got["loss"] == want["loss"], step
             else:  # the all-reduce summed the same samples in another grouping
-                assert got["loss"] == pytest.approx(want["loss"], rel=demo_elastic.TOLERANCE)
+                assert got["loss"] == pytest.approx(want["loss"], rel=elastic.TOLERANCE)
             last[step] = got
         done = max(done, *steps) if steps else done
     assert sorted(last) == list(range(1, STEPS + 1))  # the run as it stands: every step once
 
     # the demo's report of this run (python -m seekdata.demo --elastic prints and draws it)
-    assert demo_elastic.report(story, args, tmp_path)
+    assert elastic.report(story, args, tmp_path)
     printed = capsys.readouterr().out
     assert printed.splitlines()[-2].endswith(": YES")
     assert (tmp_path / "elastic.png").read_bytes()[:4] == b"\x89PNG"

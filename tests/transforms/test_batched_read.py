@@ -127,8 +127,8 @@ def test_remote_tar_shards_augmented_at_full_speed_equal_the_local_stream(
     """The issue's case: remote tar shards over HTTP, augmented through the wrapper, keep their
     batched read (one ``__getitems__`` per batch) and give the local shards' augmented stream,
     bit for bit."""
+    from seekdata._servers import http_server
     from seekdata.wds import TarShards
-    from tests.helpers.servers import http_server
     from tests.helpers.shards import write_shards
 
     write_shards(tmp_path, n=30, per_shard=10)

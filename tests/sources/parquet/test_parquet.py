@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from seekdata import _servers
 from seekdata.parquet import ParquetRows
 from seekdata.testing import assert_exact_resume, first_difference, run_loop
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 
 
 @pytest.fixture(scope="module")

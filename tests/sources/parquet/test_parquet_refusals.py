@@ -18,13 +18,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from seekdata import _servers
 from seekdata.parquet import ParquetRows
 from seekdata.sources.files import indexes as _indexes
 from seekdata.sources.parquet import footers as _footers
 from seekdata.sources.remote import Memory
 from seekdata.sources.remote import file as _file
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 
 BUCKET = "parquet-refusals"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from seekdata import _servers
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 from tests.helpers.paths import SCRIPTS
 
 BUCKET = "clients-tests"

@@ -1,6 +1,6 @@
 """Every file-backed source read over ``gs://`` from a GCS emulator: the local items, exactly.
 
-The server is fake-gcs-server (tests/helpers/servers.py: ``gcs_server``), a process of its own
+The server is fake-gcs-server (seekdata._servers: ``gcs_server``), a process of its own
 on 127.0.0.1, reached through gcsfs with ``endpoint_url=`` and ``token="anon"``. Tar shards,
 token windows, packed documents and Parquet rows give the local items and the local stream; a
 loader resumed mid-epoch (2 workers, then 0) continues it exactly; every range read carries the
@@ -21,9 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from seekdata import _servers
 from seekdata.testing import assert_exact_resume, first_difference
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 from tests.helpers.remote_corpus import stream
 
 KINDS = ("tar", "windows", "packed", "parquet")

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from seekdata import _servers
 from seekdata.remote import Cache
 from seekdata.sources import remote
 from seekdata.sources.remote import Memory, RemoteFile, Stores, locate
-from tests.helpers import servers as _servers
 
 DATA = bytes(range(256)) * 4096  # 1 MiB, each byte's value its offset mod 256
 

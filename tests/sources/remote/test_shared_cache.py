@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from seekdata import _servers
 from seekdata.remote import Cache
 from seekdata.sources.remote import Memory, RemoteFile, Stores
 from seekdata.sources.remote import file as _file
 from seekdata.testing import first_difference
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 
 DATA = bytes(range(256)) * 4096  # 1 MiB, each byte's value its offset mod 256
 BLOCK = 64 << 10

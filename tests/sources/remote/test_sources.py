@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from seekdata import _servers
 from seekdata.sources.remote import coalesce
 from seekdata.testing import assert_exact_resume, first_difference
 from tests.helpers import remote_corpus as corpus
-from tests.helpers import servers as _servers
 from tests.helpers.paths import SCRIPTS
 from tests.helpers.remote_corpus import stream
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import seekdata
+from seekdata import _servers
 from seekdata.testing import assert_exact_resume, first_difference
 from seekdata.tokens import PackedDocuments, TokenWindows
-from tests.helpers import servers as _servers
 from tests.helpers.remote_corpus import stream as _stream
 
 BUCKET = "token-shards"

@@ -158,7 +158,7 @@ BUCKET = "tar-index-checks"
 @pytest.fixture
 def bucket(tmp_path: pathlib.Path, s3_server: Any, request: pytest.FixtureRequest) -> str:
     """Shards in a bucket folder of this test's own; returns their brace pattern."""
-    from tests.helpers import servers as _servers
+    from seekdata import _servers
 
     folder = tmp_path / "shards"
     folder.mkdir()
@@ -169,7 +169,7 @@ def bucket(tmp_path: pathlib.Path, s3_server: Any, request: pytest.FixtureReques
 
 
 def _remote_edit(server: Any, key: str, edit: Any) -> None:
-    from tests.helpers import servers as _servers
+    from seekdata import _servers
 
     client = _servers.s3_client(server)
     body = client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
@@ -179,7 +179,7 @@ def _remote_edit(server: Any, key: str, edit: Any) -> None:
 def test_a_remote_index_with_its_last_sample_dropped_is_refused(
     bucket: str, s3_server: Any, request: pytest.FixtureRequest
 ) -> None:
-    from tests.helpers import servers as _servers
+    from seekdata import _servers
 
     options = {"storage_options": _servers.s3_options(s3_server)}
     ds = TarShards(bucket, **options)  # the indexes are written beside the shards
@@ -205,7 +205,7 @@ def test_a_remote_index_with_its_last_sample_dropped_is_refused(
 def test_a_remote_index_of_deeply_nested_json_is_rebuilt(
     bucket: str, s3_server: Any, request: pytest.FixtureRequest
 ) -> None:
-    from tests.helpers import servers as _servers
+    from seekdata import _servers
 
     options = {"storage_options": _servers.s3_options(s3_server)}
     ds = TarShards(bucket, **options)

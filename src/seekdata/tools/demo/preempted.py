@@ -12,11 +12,9 @@ and the final parameters with the uninterrupted job, prints a table and writes a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,9 +26,11 @@ import numpy as np
 import torch
 
 import seekdata
+from seekdata.tools.demo import figures, supervisor
 
 EPOCH_STEPS_HINT = "an epoch is n / (batch size × ranks) steps"
 _CONFIG_ENV = "SEEKDATA_DEMO_CONFIG"
+_WORKER_MODULE = "seekdata.tools.demo.preempted"  # what torchrun starts on each rank
 
 
 # --- the training job (one rank) -----------------------------------------------------------------
@@ -135,7 +135,7 @@ def _launch(args: argparse.Namespace, run: Path, workers: int) -> subprocess.Pop
         "--nnodes=1",
         f"--nproc-per-node={args.ranks}",
         "-m",
-        "seekdata.tools.demo",
+        _WORKER_MODULE,
         "--worker",
     ]
     # the job's settings travel in the environment: torchrun would claim abbreviated flags
@@ -146,10 +146,7 @@ def _launch(args: argparse.Namespace, run: Path, workers: int) -> subprocess.Pop
         "PYTHONUNBUFFERED": "1",
         _CONFIG_ENV: json.dumps(config),
     }
-    with (run / "torchrun.log").open("ab") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    return supervisor.start(cmd, env, run / "torchrun.log")
 
 
 def _last_step(run: Path, rank: int = 0, skip: int = 0) -> int:
@@ -178,7 +175,7 @@ def _wait(
     try:
         while proc.poll() is None:
             if kill_at is not None and _last_step(run, 0, skip) >= kill_at:
-                _kill_job(proc)  # the time limit: no warning, no cleanup
+                supervisor.kill(proc)  # the time limit: no warning, no cleanup
                 return False
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -186,8 +183,7 @@ def _wait(
                 )
             time.sleep(0.05)
     finally:
-        if proc.poll() is None:
-            _kill_job(proc)
+        supervisor.kill(proc)  # a job still running when this wait ends (a timeout, Ctrl-C)
     if proc.returncode != 0:
         log = run / "torchrun.log"
         if finished() and _ABORT in log.read_text(errors="replace"):
@@ -201,54 +197,6 @@ def _wait(
             return True
         raise RuntimeError(f"demo: the job in {run} failed (exit {proc.returncode}); see {log}")
     return True
-
-
-def _kill_job(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the whole job, as a cluster's time limit does: torchrun's process group and
-    every process under it. torchrun starts each rank in a session of its own, so killing
-    torchrun's group alone left the ranks training on, writing logs and checkpoints beside
-    the resubmitted job. torchrun is stopped first, so it restarts no rank while the ranks
-    (each with its DataLoader workers, in its group) are found and killed."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGSTOP)
-    groups: set[int] = set()
-    for pid in _descendants(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            groups.add(os.getpgid(pid))
-    for group in [*sorted(groups - {proc.pid}), proc.pid]:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGKILL)
-    proc.wait()
-
-
-def _descendants(root: int) -> list[int]:
-    """The processes under ``root`` (Linux's /proc; elsewhere psutil where installed, else
-    none: there torchrun's group alone is killed)."""
-    parents: dict[int, list[int]] = {}
-    proc_dir = Path("/proc")
-    if proc_dir.is_dir():
-        for entry in proc_dir.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:  # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # ended meanwhile
-            parents.setdefault(ppid, []).append(int(entry.name))
-    else:  # pragma: no cover - no /proc (macOS)
-        try:
-            import psutil
-
-            return [p.pid for p in psutil.Process(root).children(recursive=True)]
-        except Exception:
-            return []
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 #: how torchrun's failure report names a rank that died of SIGABRT
@@ -410,16 +358,8 @@ def _table(ref: Losses, cut: Losses, kills: list[int]) -> None:
 def _plot(ref: Losses, cut: Losses, kills: list[int], segments: list[Segment], path: Path) -> bool:
     """Draw the losses, and |resumed − uninterrupted| per step, to ``path``; False, saying
     so, when matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(
-            "no plot: matplotlib is not installed (pip install -e '.[demo]' in a clone of "
-            "seekdata for the plot; pip install 'seekdata[demo]' once seekdata is on PyPI)"
-        )
+    plt = figures.pyplot()
+    if plt is None:
         return False
     fig = figure(ref, cut, kills, segments)
     fig.savefig(path, dpi=110)
@@ -513,9 +453,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--elastic" in argv:  # a node lost and back under torchrun: its own module
-        from seekdata.tools import demo_elastic
+        from seekdata.tools.demo import elastic
 
-        return demo_elastic.main([a for a in argv if a != "--elastic"])
+        return elastic.main([a for a in argv if a != "--elastic"])
     args = parse(argv)
     if args.worker:
         _train(argparse.Namespace(**json.loads(os.environ[_CONFIG_ENV])))

@@ -1,5 +1,10 @@
 """Real servers on 127.0.0.1 for the remote tests, docs and benchmarks: each a process of its own.
 
+Private test equipment, in the package so that the tests and the scripts of benchmarks/ both
+import it as ``seekdata._servers`` (no ``sys.path`` edits); not part of seekdata's API. The
+servers it starts are run by file path (``python .../_servers/lying_server.py``), so a server's
+process never imports seekdata (or torch).
+
 - :func:`s3_server`: moto's S3 server (``python -m moto.server``), the S3 protocol over HTTP;
   buckets are made with boto3 (moto's own dependency). It reads a whole object to answer any
   range of it, so a range costs it time in proportion to the object's size;
@@ -8,10 +13,10 @@
   kept in chunks and a range reads only the chunks it overlaps, as a real store does; it checks
   signatures (the credentials of :data:`S3_KEY`) and answers ``If-Match`` with 412;
 - :func:`http_server`: uvicorn serving a folder with starlette's ``StaticFiles``, which honours
-  ``Range`` (``tests/scripts/_static_server.py``).
-- :func:`lying_server`: ``tests/scripts/_lying_server.py``, a server of the suite's own that
+  ``Range`` (``static_server.py`` here).
+- :func:`lying_server`: ``lying_server.py`` here, a server of the suite's own that
   answers another range, an HTML page, no ``ETag``, ignores ``Range`` or sends slowly, as asked;
-- :func:`fault_proxy`: ``tests/scripts/_fault_proxy.py`` in front of either: it counts the
+- :func:`fault_proxy`: ``fault_proxy.py`` here, in front of either: it counts the
   requests and body bytes it forwards and, on request, injects faults decided by the
   request's number.
 
@@ -38,7 +43,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.helpers.paths import SCRIPTS
+#: the servers' scripts, run by path (beside this file)
+HERE = pathlib.Path(__file__).resolve().parent
+
 
 #: moto accepts any credentials; SeaweedFS is configured with these; clients sign with them
 S3_KEY, S3_SECRET, S3_REGION = "testing", "testing", "us-east-1"
@@ -242,13 +249,13 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def http_server(directory: str | os.PathLike[str]) -> Iterator[Server]:
     """uvicorn + starlette ``StaticFiles`` serving ``directory`` (with ``Range``)."""
-    args = [sys.executable, str(SCRIPTS / "_static_server.py"), os.fspath(directory)]
+    args = [sys.executable, str(HERE / "static_server.py"), os.fspath(directory)]
     with _spawn(args, _ready_line) as (url, proc):
         yield Server(url, proc)
 
 
 class LyingServer(Server):
-    """``tests/scripts/_lying_server.py``: serves a folder under ``/<mode>/``, each mode a way
+    """``lying_server.py`` (beside this file): serves a folder under ``/<mode>/``, each mode a way
     to misbehave (a wrong range, an HTML page, no ``ETag``, ``Range`` ignored, a slow body)."""
 
     def mode(self, mode: str) -> str:
@@ -268,7 +275,7 @@ class LyingServer(Server):
 @contextlib.contextmanager
 def lying_server(directory: str | os.PathLike[str]) -> Iterator[LyingServer]:
     """The misbehaving HTTP server over ``directory`` (the standard library's http.server)."""
-    args = [sys.executable, str(SCRIPTS / "_lying_server.py"), os.fspath(directory)]
+    args = [sys.executable, str(HERE / "lying_server.py"), os.fspath(directory)]
     with _spawn(args, _ready_line) as (url, proc):
         yield LyingServer(url, proc)
 
@@ -296,7 +303,7 @@ class Proxy(Server):
 @contextlib.contextmanager
 def fault_proxy(upstream: Server, *, every: int = 0, delay: float = 0.05) -> Iterator[Proxy]:
     """A counting proxy in front of ``upstream``; faults every ``every`` requests (0: none)."""
-    args = [sys.executable, str(SCRIPTS / "_fault_proxy.py"), "--upstream"]
+    args = [sys.executable, str(HERE / "fault_proxy.py"), "--upstream"]
     args += [f"127.0.0.1:{upstream.port}", "--every", str(every), "--delay", str(delay)]
     with _spawn(args, _ready_line) as (url, proc):
         yield Proxy(url, proc)

@@ -1,7 +1,8 @@
 """Serve a folder over HTTP with uvicorn and starlette's ``StaticFiles`` (which honours ``Range``).
 
-Test infrastructure: ``python tests/_static_server.py DIR --port PORT``; prints ``READY <port>``
-on stdout once it listens. Both packages are the real ones from PyPI (the ``test`` extra).
+Test infrastructure: ``python src/seekdata/_servers/static_server.py DIR --port PORT``; prints
+``READY <port>`` on stdout once it listens. Both packages are the real ones from PyPI (the
+``test`` extra).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ request's path names how it answers, the rest is the file (``/<mode>/<path in th
 - ``slow``: the headers of an honest answer, then its body a byte every 0.2 s.
 
 Control: ``GET /__count__`` gives the requests answered so far per mode (JSON), ``POST
-/__reset__`` zeroes them. Usage: ``python tests/scripts/_lying_server.py DIR``; prints ``READY
-<port>`` once it listens on 127.0.0.1.
+/__reset__`` zeroes them. Usage: ``python src/seekdata/_servers/lying_server.py DIR``; prints
+``READY <port>`` once it listens on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send(206, headers, data[start:stop], body)
             return
         self.send_response(206)
-        for k, v in {**headers, "Content-Length": str(stop - start)}.items():
-            self.send_header(k, v)
+        for name, value in {**headers, "Content-Length": str(stop - start)}.items():
+            self.send_header(name, value)
         self.end_headers()
         try:
             for k in range(start, stop):

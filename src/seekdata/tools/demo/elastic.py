@@ -1,8 +1,9 @@
 """``python -m seekdata.demo --elastic``: torchrun loses a node and gets it back; the data goes on.
 
 Two torchrun agents on 127.0.0.1 share one c10d rendezvous (``--nnodes=1:2``, 2 processes
-each, gloo) and run ``examples/elastic_train.py`` (global batch ÷ world size per rank, a
-checkpoint every k steps). After step ``--kill-at`` one agent and all its workers are
+each, gloo) and run the training script seekdata ships (``seekdata/tools/demo/elastic_train.py``,
+which ``examples/elastic_train.py`` runs): global batch ÷ world size per rank, a checkpoint
+every k steps. After step ``--kill-at`` one agent and all its workers are
 SIGKILLed (a node lost): torchrun restarts the survivors on 2 ranks from the last checkpoint.
 Once they reach step ``--back-at`` a new agent starts (a node back): torchrun restarts the job
 on 4 ranks. Every step is compared with an uninterrupted 4-rank run: the samples of each global
@@ -13,11 +14,9 @@ the story moves on), never with sleeps.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import seekdata
+from seekdata.tools.demo import figures, supervisor
 
 _CONFIG_ENV = "SEEKDATA_ELASTIC_DEMO"
 _NODE_ENV = "SEEKDATA_ELASTIC_NODE"
-_WORKER_MODULE = "seekdata.tools.demo_elastic"
+_WORKER_MODULE = "seekdata.tools.demo.elastic"  # what torchrun starts on each rank
 TOLERANCE = 1e-5  # relative: the all-reduce sums the same samples in another grouping
 # torchrun's rendezvous, sized for one machine: a node whose heartbeat is 2 × 3 s late is dead,
 # a round stays open 3 s for late nodes (torch's defaults: 5 × 3 s and 30 s)
@@ -56,7 +56,8 @@ def _worker() -> None:
     local = int(os.environ["LOCAL_RANK"])
     for folder in ("pids", "procs", "held"):
         (run / folder).mkdir(parents=True, exist_ok=True)
-    (run / "pids" / f"{node}-{local}").write_text(str(os.getpid()))  # for the story's kill
+    # a record of the ranks this story started: none may outlive it (tests read these)
+    (run / "pids" / f"{node}-{local}").write_text(str(os.getpid()))
     (run / "procs" / f"{os.getpid()}.json").write_text(
         json.dumps({"node": node, "local_rank": local, "created": _proc_start()})
     )
@@ -101,8 +102,9 @@ def _set_hold(run: Path, step: int | None) -> None:
 
 
 def default_script() -> Path:
-    """``examples/elastic_train.py`` of the checkout this seekdata was imported from."""
-    return Path(seekdata.__file__).resolve().parents[2] / "examples" / "elastic_train.py"
+    """The training script shipped beside this module (``examples/elastic_train.py`` runs it),
+    so that the demo runs from an installed wheel as from a checkout."""
+    return Path(__file__).resolve().with_name("elastic_train.py")
 
 
 def _free_port() -> int:
@@ -132,10 +134,7 @@ class Cluster:
         }
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
                *rdzv, "-m", _WORKER_MODULE, "--worker"]  # fmt: skip
-        with (self.run / f"agent-{node}.log").open("ab") as log:
-            proc = subprocess.Popen(
-                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        proc = supervisor.start(cmd, env, self.run / f"agent-{node}.log")
         self.agents[node] = proc
         return proc
 
@@ -164,14 +163,9 @@ class Cluster:
         return time.time()
 
     def kill_node(self, name: str) -> None:
-        """SIGKILL an agent and its workers: torchrun starts each worker in its own session,
-        so the agent's process group does not hold them."""
-        proc = self.agents[name]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        for pid_file in (self.run / "pids").glob(f"{name}-*"):
-            _kill_worker(int(pid_file.read_text()))
+        """A node lost: SIGKILL its agent and every worker under it (:func:`supervisor.kill`,
+        the rule the other demo's time limit uses)."""
+        supervisor.kill(self.agents[name])
 
     def finish(self, names: list[str]) -> None:
         deadline = time.monotonic() + self.timeout
@@ -188,25 +182,10 @@ class Cluster:
         return f"demo --elastic: {what}; see {logs}"
 
     def close(self) -> None:
-        """End every agent and worker this cluster started, whatever state they are in."""
+        """End every agent still running and every worker under it, whatever state they are in
+        (:func:`supervisor.kill`)."""
         for proc in self.agents.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        for pid_file in (self.run / "pids").glob("*"):
-            _kill_worker(int(pid_file.read_text()))
-
-
-def _kill_worker(pid: int) -> None:
-    """SIGKILL a worker started by this story (and its DataLoader workers, in its group)."""
-    try:
-        if _WORKER_MODULE not in Path(f"/proc/{pid}/cmdline").read_text():
-            return  # ended, and the pid is someone else's now
-    except OSError:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
+            supervisor.kill(proc)
 
 
 def run_story(out: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -215,8 +194,8 @@ def run_story(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     script = Path(args.script)
     if not script.is_file():
         raise FileNotFoundError(
-            f"demo --elastic: the training script must exist; {script} does not; run from a "
-            f"seekdata checkout (examples/elastic_train.py) or pass --script PATH"
+            f"demo --elastic: the training script must exist; {script} does not; pass "
+            f"--script PATH of one, or leave --script out for the one seekdata ships"
         )
     argv = [f"--{name.replace('_', '-')}={getattr(args, name)}"
             for name in ("global_batch", "steps", "ckpt_every", "n", "seed")]  # fmt: skip
@@ -266,7 +245,7 @@ def _procs(run: Path) -> dict[int, dict[str, Any]]:
 
 def read_starts(run: Path) -> list[dict[str, Any]]:
     """The (re)starts of a run in time order: world, resumed_from, the times of its first
-    lines and, per rank, its step records (``examples/elastic_train.py``'s logs)."""
+    lines and, per rank, its step records (``elastic_train.py``'s logs)."""
     starts: dict[str, dict[str, Any]] = {}
     for path in sorted((run / "log").glob("*-rank*.jsonl")):
         start_id, rank = path.stem.rsplit("-rank", 1)
@@ -393,16 +372,8 @@ def report(story: dict[str, Any], args: argparse.Namespace, out: Path) -> bool:
 
 
 def _plot(rows: list[dict[str, Any]], story: dict[str, Any], args: Any, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(
-            "no plot: matplotlib is not installed (pip install -e '.[demo]' in a clone of "
-            "seekdata for the plot; pip install 'seekdata[demo]' once seekdata is on PyPI)"
-        )
+    plt = figures.pyplot()
+    if plt is None:
         return False
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True, height_ratios=[3, 2])
     ref = steps_of(story["uninterrupted"][0])

@@ -17,8 +17,8 @@ reproducible: with ``--every N`` the ``k``-th proxied request (k = 1, 2, ...) ge
 Control endpoints (never counted): ``GET /__proxy__/stats`` (JSON), ``POST /__proxy__/reset``
 (zero the counters and the log), ``POST /__proxy__/faults?every=N`` (0: none).
 
-Usage: ``python tests/_fault_proxy.py --upstream 127.0.0.1:PORT --port PORT [--every 20]``;
-it prints ``READY <port>`` on stdout once it listens.
+Usage: ``python src/seekdata/_servers/fault_proxy.py --upstream 127.0.0.1:PORT --port PORT
+[--every 20]``; it prints ``READY <port>`` on stdout once it listens.
 """
 
 from __future__ import annotations
