@@ -120,20 +120,24 @@ def test_a_loader_from_train_dataloader_resumes_bit_identical(
 
 
 @pytest.mark.slow
-def test_ddp_with_the_default_sampler_injection_resumes_bit_identical(tmp_path: Path) -> None:
+def test_ddp_with_the_default_sampler_injection_resumes_bit_identical(
+    tmp_path: Path, forker: Forker
+) -> None:
     """Trainer(strategy="ddp", devices=2) with use_distributed_sampler left on: Lightning rebuilds
     the loader around a sampler per rank. It stays a seekdata loader, the ranks split each epoch
     (disjoint, complete), and fit(ckpt_path=...) from a mid-epoch checkpoint in fresh processes
     repeats every later batch, loss and the final parameters exactly, on both ranks."""
     ckpt = tmp_path / "ckpt"
-    full = [run_fresh(D, tmp_path / "full.json", ckpt, "none")]
+    full = [run_fresh(D, tmp_path / "full.json", ckpt, "none", forker=forker)]
     full.append(json.loads((tmp_path / "full.rank1.json").read_text()))
     assert [f["loader"] for f in full] == ["StatefulDataLoader"] * 2
     for epoch in (0, 1):
         steps = [f["seen"][3 * epoch : 3 * epoch + 3] for f in full]
         indices = [int(i) for rank in steps for batch in rank for i in batch]
         assert sorted(indices) == list(range(24))  # the ranks split the epoch
-    resumed = [run_fresh(D, tmp_path / "res.json", tmp_path / "ckpt2", ckpt / "step=2.ckpt")]
+    resumed = [
+        run_fresh(D, tmp_path / "res.json", tmp_path / "ckpt2", ckpt / "step=2.ckpt", forker=forker)
+    ]
     resumed.append(json.loads((tmp_path / "res.rank1.json").read_text()))
     for r in (0, 1):
         assert resumed[r]["seen"] == full[r]["seen"][2:]
