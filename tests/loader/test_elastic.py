@@ -25,13 +25,22 @@ def run(world: int, mode: str, batch: int, steps: int, tmp: pathlib.Path, name: 
     return json.loads(out.read_text())
 
 
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, list, pathlib.Path]:
+    """The uninterrupted run at W=2, B=8 and the one saved at SAVE_AT (its checkpoint in the
+    folder), made once for every resume: (full, head, folder)."""
+    tmp = tmp_path_factory.mktemp("elastic")
+    full = run(2, "full", 8, STEPS, tmp, "full")
+    head = run(2, "save", 8, SAVE_AT, tmp, "head")
+    return full, head, tmp
+
+
 @pytest.mark.parametrize(("world", "batch"), [(4, 4), (1, 16)])
 def test_a_ddp_run_resumed_with_the_same_global_batch_is_the_same_run(
-    world: int, batch: int, tmp_path: pathlib.Path
+    world: int, batch: int, saved: tuple[list, list, pathlib.Path]
 ) -> None:
-    full = run(2, "full", 8, STEPS, tmp_path, "full")
-    head = run(2, "save", 8, SAVE_AT, tmp_path, "head")
-    rest = run(world, "resume", batch, STEPS, tmp_path, "rest")
+    full, head, tmp = saved
+    rest = run(world, "resume", batch, STEPS, tmp, f"rest{world}")
     assert [r["samples"] for r in head] == [r["samples"] for r in full[:SAVE_AT]]
     assert [r["step"] for r in rest] == list(range(SAVE_AT, STEPS))
     for ours, ref in zip(rest, full[SAVE_AT:], strict=True):
