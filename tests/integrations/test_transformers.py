@@ -229,7 +229,9 @@ def test_the_trainers_skip_reads_no_data_and_checks_the_cursor() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loader", ["built", "own"])
-def test_ddp_two_ranks_resume_from_checkpoint_exactly(tmp_path: Path, loader: str) -> None:
+def test_ddp_two_ranks_resume_from_checkpoint_exactly(
+    tmp_path: Path, loader: str, forker: Forker
+) -> None:
     """The Trainer under DDP (2 gloo ranks), with the loader it builds or the user's own
     (get_train_dataloader() overridden, unprepared, sharded by its seekdata.DistributedSampler):
     resumed from a mid-epoch checkpoint in fresh processes, every rank repeats every later
@@ -239,7 +241,8 @@ def test_ddp_two_ranks_resume_from_checkpoint_exactly(tmp_path: Path, loader: st
     for phase, checkpoint in (("full", "none"), ("resume", "full/run/checkpoint-2")):
         (tmp_path / phase).mkdir()
         ckpt = str(tmp_path / checkpoint) if checkpoint != "none" else "none"
-        with gloo_job("_transformers_ddp_worker.py", tmp_path, phase, ckpt, loader) as job:
+        args = (phase, ckpt, loader)
+        with gloo_job("_transformers_ddp_worker.py", tmp_path, *args, forker=forker) as job:
             for p in job.procs:
                 p.wait(timeout=180)
             assert all(p.returncode == 0 for p in job.procs), job.logs()
