@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ import torch
 from seekdata._loader import workers as _workers
 from seekdata.checkpoint import CheckpointManager
 from seekdata.preemption import PreemptionHandler, WorkerSignals, worker_signals
+from tests.helpers.forker import Forker
+from tests.scripts._ckpt_launch import forker as start_forker
 from tests.scripts._ckpt_launch import gloo_job
 
 
@@ -127,8 +130,16 @@ def test_forked_children_ignore_the_notice_but_still_stop_on_sigterm() -> None:
     assert os.WIFSIGNALED(term) and os.WTERMSIG(term) == signal.SIGTERM
 
 
-def test_signal_to_one_rank_stops_both_at_the_same_step(tmp_path: Path) -> None:
-    with gloo_job("_train_preempt_worker.py", tmp_path) as job:
+@pytest.fixture(scope="module")
+def forker() -> Iterator[Forker]:
+    """torch and seekdata imported once; each rank of a job is a process forked from it."""
+    modules = ("torch", "torch.distributed", "seekdata", "seekdata.checkpoint", "seekdata.training")
+    with start_forker(*modules) as server:
+        yield server
+
+
+def test_signal_to_one_rank_stops_both_at_the_same_step(tmp_path: Path, forker: Forker) -> None:
+    with gloo_job("_train_preempt_worker.py", tmp_path, forker=forker) as job:
         job.wait_for("ready0", "ready1")  # both ranks have installed the handler
         job.signal(1, signal.SIGUSR1)
         rank0, rank1 = job.results()
@@ -150,11 +161,12 @@ def test_signal_to_one_rank_stops_both_at_the_same_step(tmp_path: Path) -> None:
     ],
 )
 def test_a_signal_to_every_process_of_the_step_checkpoints_and_resumes_exactly(
-    tmp_path: Path, sigs: tuple[signal.Signals, ...], workers: int, persistent: str
+    tmp_path: Path, sigs: tuple[signal.Signals, ...], workers: int, persistent: str, forker: Forker
 ) -> None:
     """What SLURM does at a time limit: the signal reaches both ranks and all their workers."""
     args = (str(workers), persistent)
-    with gloo_job("_train_preempt_loader_worker.py", tmp_path, "preempt", *args) as job:
+    preempt = ("preempt", *args)
+    with gloo_job("_train_preempt_loader_worker.py", tmp_path, *preempt, forker=forker) as job:
         job.wait_for("ready0", "ready1")  # both ranks are training, their workers started
         for sig in sigs:
             job.signal_step(sig)
@@ -165,7 +177,8 @@ def test_a_signal_to_every_process_of_the_step_checkpoints_and_resumes_exactly(
     assert {rank0["received"], rank1["received"]} != {None}
     assert CheckpointManager(tmp_path / "ckpt").steps() == [stopped]
     until = str(stopped + 9)  # past an epoch end (6 steps per epoch)
-    with gloo_job("_train_preempt_loader_worker.py", tmp_path, "resume", *args, until) as job:
+    resume = ("resume", *args, until)
+    with gloo_job("_train_preempt_loader_worker.py", tmp_path, *resume, forker=forker) as job:
         rank0, _ = job.results()
     assert rank0 == {"resumed_to": stopped + 9, "fresh_to": stopped + 9}
     weights = torch.load(tmp_path / "w.pt", weights_only=True)

@@ -7,6 +7,9 @@ import pathlib
 import socket
 import subprocess
 import sys
+from typing import Any
+
+from tests.helpers.forker import Forker
 
 
 def free_port() -> int:
@@ -15,17 +18,29 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(script: pathlib.Path, world: int, args: list[str], timeout: float = 180) -> list[str]:
-    """Run ``script`` on ``world`` ranks; every rank must exit 0. Their outputs, by rank."""
+def run_ranks(
+    script: pathlib.Path,
+    world: int,
+    args: list[str],
+    timeout: float = 180,
+    forker: Forker | None = None,
+) -> list[str]:
+    """Run ``script`` on ``world`` ranks (forked from FORKER, which imported torch once, when
+    given); every rank must exit 0. Their outputs, by rank."""
     env = {
         **os.environ,
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
         "WORLD_SIZE": str(world),
     }
-    procs = []
+    procs: list[Any] = []  # subprocess.Popen, or forker.Run: the same calls
     try:
         for rank in range(world):
+            if forker is not None:
+                argv = [str(script), *[a.format(rank=rank) for a in args]]
+                rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+                procs.append(forker.popen(argv, env=rank_env))
+                continue
             procs.append(
                 subprocess.Popen(
                     [sys.executable, str(script), *[a.format(rank=rank) for a in args]],

@@ -6,12 +6,15 @@ Lightning's default sampler injection."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 import seekdata
+from tests.helpers.forker import Forker
+from tests.scripts._fresh import forker as start_forker
 from tests.scripts._fresh import run_fresh
 
 pytest.importorskip("lightning")
@@ -21,33 +24,54 @@ D = "_lightning_ddp_worker.py"
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+def forker() -> Iterator[Forker]:
+    """Lightning imported once; each fit is a process forked from it (see _fresh.py)."""
+    with start_forker("torch", "lightning", "seekdata.integrations.lightning") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, forker: Forker) -> tuple[dict, Path]:
     tmp = tmp_path_factory.mktemp("lightning")
-    return run_fresh(W, tmp / "full.json", tmp / "ckpt", 0, "none"), tmp / "ckpt"
+    return run_fresh(W, tmp / "full.json", tmp / "ckpt", 0, "none", forker=forker), tmp / "ckpt"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("checkpoint", "step", "workers"),
-    [("step=3.ckpt", 3, 2), ("end-epoch=0.ckpt", 6, 0)],  # mid-epoch; an epoch's end
+    ("checkpoint", "step", "workers", "afresh"),
+    [("step=3.ckpt", 3, 2, True), ("end-epoch=0.ckpt", 6, 0, False)],  # mid-epoch; epoch's end
 )
 def test_fit_from_checkpoint_is_bit_identical(
-    uninterrupted: tuple[dict, Path], tmp_path: Path, checkpoint: str, step: int, workers: int
+    uninterrupted: tuple[dict, Path],
+    tmp_path: Path,
+    checkpoint: str,
+    step: int,
+    workers: int,
+    afresh: bool,
+    forker: Forker,
 ) -> None:
+    """The resumed fit in a new process; the mid-epoch one in an interpreter started afresh (the
+    others are forked from one that imported Lightning): it repeats the forked run exactly."""
     full, ckpt = uninterrupted
     assert len(full["losses"]) == 12  # 2 epochs of 6 steps
     resumed = run_fresh(
-        W, tmp_path / "resumed.json", tmp_path / "ckpt", workers, str(ckpt / checkpoint)
+        W,
+        tmp_path / "resumed.json",
+        tmp_path / "ckpt",
+        workers,
+        str(ckpt / checkpoint),
+        forker=None if afresh else forker,
     )
     assert resumed["losses"] == full["losses"][step:]  # every step's loss, exactly
     assert resumed["params"] == full["params"]
 
 
 @pytest.fixture(scope="module")
-def from_the_hook(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+def from_the_hook(tmp_path_factory: pytest.TempPathFactory, forker: Forker) -> tuple[dict, Path]:
     """The uninterrupted fit whose loader the module's train_dataloader() builds."""
     tmp = tmp_path_factory.mktemp("lightning_hook")
-    return run_fresh(W, tmp / "full.json", tmp / "ckpt", 0, "none", "hook"), tmp / "ckpt"
+    full = run_fresh(W, tmp / "full.json", tmp / "ckpt", 0, "none", "hook", forker=forker)
+    return full, tmp / "ckpt"
 
 
 @pytest.mark.slow
@@ -65,6 +89,7 @@ def test_a_loader_from_train_dataloader_resumes_bit_identical(
     step: int,
     workers: int,
     reload: str,
+    forker: Forker,
 ) -> None:
     """The module's train_dataloader() returns the user's seekdata loader (own sampler, own
     collate_fn); Lightning's checkpoint holds its cursor. Resumed in a fresh process, every
@@ -79,7 +104,14 @@ def test_a_loader_from_train_dataloader_resumes_bit_identical(
         )
     assert full["seen"][:6] != full["seen"][6:]
     resumed = run_fresh(
-        W, tmp_path / "res.json", tmp_path / "ckpt", workers, ckpt / checkpoint, "hook", reload
+        W,
+        tmp_path / "res.json",
+        tmp_path / "ckpt",
+        workers,
+        ckpt / checkpoint,
+        "hook",
+        reload,
+        forker=forker,
     )
     assert resumed["built"] == (2 if reload == "reload" else 1)
     for key in ("seen", "digests", "losses"):
@@ -88,20 +120,24 @@ def test_a_loader_from_train_dataloader_resumes_bit_identical(
 
 
 @pytest.mark.slow
-def test_ddp_with_the_default_sampler_injection_resumes_bit_identical(tmp_path: Path) -> None:
+def test_ddp_with_the_default_sampler_injection_resumes_bit_identical(
+    tmp_path: Path, forker: Forker
+) -> None:
     """Trainer(strategy="ddp", devices=2) with use_distributed_sampler left on: Lightning rebuilds
     the loader around a sampler per rank. It stays a seekdata loader, the ranks split each epoch
     (disjoint, complete), and fit(ckpt_path=...) from a mid-epoch checkpoint in fresh processes
     repeats every later batch, loss and the final parameters exactly, on both ranks."""
     ckpt = tmp_path / "ckpt"
-    full = [run_fresh(D, tmp_path / "full.json", ckpt, "none")]
+    full = [run_fresh(D, tmp_path / "full.json", ckpt, "none", forker=forker)]
     full.append(json.loads((tmp_path / "full.rank1.json").read_text()))
     assert [f["loader"] for f in full] == ["StatefulDataLoader"] * 2
     for epoch in (0, 1):
         steps = [f["seen"][3 * epoch : 3 * epoch + 3] for f in full]
         indices = [int(i) for rank in steps for batch in rank for i in batch]
         assert sorted(indices) == list(range(24))  # the ranks split the epoch
-    resumed = [run_fresh(D, tmp_path / "res.json", tmp_path / "ckpt2", ckpt / "step=2.ckpt")]
+    resumed = [
+        run_fresh(D, tmp_path / "res.json", tmp_path / "ckpt2", ckpt / "step=2.ckpt", forker=forker)
+    ]
     resumed.append(json.loads((tmp_path / "res.rank1.json").read_text()))
     for r in (0, 1):
         assert resumed[r]["seen"] == full[r]["seen"][2:]

@@ -6,12 +6,14 @@ under DDP with two gloo ranks."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.forker import Forker
 from tests.scripts._ckpt_launch import gloo_job
+from tests.scripts._fresh import forker as start_forker
 from tests.scripts._fresh import run_fresh
 
 pytest.importorskip("transformers")
@@ -21,8 +23,15 @@ W = "_transformers_worker.py"
 
 
 @pytest.fixture(scope="module")
+def forker() -> Iterator[Forker]:
+    """transformers imported once; each Trainer run is a process forked from it (_fresh.py)."""
+    with start_forker("torch", "transformers", "seekdata.integrations.transformers") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def uninterrupted(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, forker: Forker
 ) -> Callable[[int], tuple[dict, Path]]:
     """The uninterrupted run for a gradient accumulation, made once, on first use."""
     runs: dict[int, tuple[dict, Path]] = {}
@@ -30,7 +39,8 @@ def uninterrupted(
     def get(ga: int) -> tuple[dict, Path]:
         if ga not in runs:
             tmp = tmp_path_factory.mktemp(f"trainer_ga{ga}")
-            runs[ga] = (run_fresh(W, tmp / "full.json", tmp / "run", 0, "none", ga), tmp / "run")
+            full = run_fresh(W, tmp / "full.json", tmp / "run", 0, "none", ga, forker=forker)
+            runs[ga] = (full, tmp / "run")
         return runs[ga]
 
     return get
@@ -52,6 +62,7 @@ def test_resume_from_checkpoint_is_bit_identical(
     checkpoint: int,
     batches_in: int,
     workers: int,
+    forker: Forker,
 ) -> None:
     full, run = uninterrupted(ga)
     assert len(full["losses"]) == 12  # 2 epochs of 6 batches
@@ -62,6 +73,7 @@ def test_resume_from_checkpoint_is_bit_identical(
         workers,
         f"{run}/checkpoint-{checkpoint}",
         ga,
+        forker=forker,
     )
     assert resumed["losses"] == full["losses"][batches_in:]  # every batch's loss, exactly
     assert resumed["params"] == full["params"]
@@ -70,11 +82,12 @@ def test_resume_from_checkpoint_is_bit_identical(
 
 
 @pytest.fixture(scope="module")
-def own_loader(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+def own_loader(tmp_path_factory: pytest.TempPathFactory, forker: Forker) -> tuple[dict, Path]:
     """The uninterrupted run of a Trainer subclass whose get_train_dataloader() returns the
     user's own seekdata loader."""
     tmp = tmp_path_factory.mktemp("trainer_own")
-    return run_fresh(W, tmp / "full.json", tmp / "run", 0, "none", 1, "own"), tmp / "run"
+    full = run_fresh(W, tmp / "full.json", tmp / "run", 0, "none", 1, "own", forker=forker)
+    return full, tmp / "run"
 
 
 @pytest.mark.slow
@@ -93,6 +106,7 @@ def test_own_loader_from_get_train_dataloader_resumes_bit_identical(
     checkpoint: int,
     workers: int,
     ignore_data_skip: bool,
+    forker: Forker,
 ) -> None:
     """get_train_dataloader() overridden to return the user's seekdata loader (own sampler,
     collate_fn, dataset wrapper): resumed in a fresh process, every later batch holds the same
@@ -105,7 +119,9 @@ def test_own_loader_from_get_train_dataloader_resumes_bit_identical(
         )
     flags = [1, "own"] + (["ignore_data_skip"] if ignore_data_skip else [])  # ga 1
     checkpoint_dir = f"{run}/checkpoint-{checkpoint}"
-    resumed = run_fresh(W, tmp_path / "res.json", tmp_path / "out", workers, checkpoint_dir, *flags)
+    resumed = run_fresh(
+        W, tmp_path / "res.json", tmp_path / "out", workers, checkpoint_dir, *flags, forker=forker
+    )
     for key in ("seen", "digests", "losses"):
         assert resumed[key] == full[key][checkpoint:], key
     assert resumed["params"] == full["params"]
@@ -115,7 +131,7 @@ def test_own_loader_from_get_train_dataloader_resumes_bit_identical(
 
 @pytest.mark.slow
 def test_own_loader_with_ignore_data_skip_restarts_the_epoch_exactly(
-    own_loader: tuple[dict, Path], tmp_path: Path
+    own_loader: tuple[dict, Path], tmp_path: Path, forker: Forker
 ) -> None:
     """ignore_data_skip=True from the mid-epoch checkpoint 3 (global step 3 of 12): the Trainer
     trains the resumed epoch from its first batch and stops at max_steps, so it sees the
@@ -126,7 +142,13 @@ def test_own_loader_with_ignore_data_skip_restarts_the_epoch_exactly(
     flags = (1, "own", "ignore_data_skip")  # ga 1
     runs = [
         run_fresh(
-            W, tmp_path / f"w{w}.json", tmp_path / f"out{w}", w, f"{run}/checkpoint-3", *flags
+            W,
+            tmp_path / f"w{w}.json",
+            tmp_path / f"out{w}",
+            w,
+            f"{run}/checkpoint-3",
+            *flags,
+            forker=forker,
         )
         for w in (0, 2)
     ]
@@ -207,7 +229,9 @@ def test_the_trainers_skip_reads_no_data_and_checks_the_cursor() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loader", ["built", "own"])
-def test_ddp_two_ranks_resume_from_checkpoint_exactly(tmp_path: Path, loader: str) -> None:
+def test_ddp_two_ranks_resume_from_checkpoint_exactly(
+    tmp_path: Path, loader: str, forker: Forker
+) -> None:
     """The Trainer under DDP (2 gloo ranks), with the loader it builds or the user's own
     (get_train_dataloader() overridden, unprepared, sharded by its seekdata.DistributedSampler):
     resumed from a mid-epoch checkpoint in fresh processes, every rank repeats every later
@@ -217,7 +241,8 @@ def test_ddp_two_ranks_resume_from_checkpoint_exactly(tmp_path: Path, loader: st
     for phase, checkpoint in (("full", "none"), ("resume", "full/run/checkpoint-2")):
         (tmp_path / phase).mkdir()
         ckpt = str(tmp_path / checkpoint) if checkpoint != "none" else "none"
-        with gloo_job("_transformers_ddp_worker.py", tmp_path, phase, ckpt, loader) as job:
+        args = (phase, ckpt, loader)
+        with gloo_job("_transformers_ddp_worker.py", tmp_path, *args, forker=forker) as job:
             for p in job.procs:
                 p.wait(timeout=180)
             assert all(p.returncode == 0 for p in job.procs), job.logs()

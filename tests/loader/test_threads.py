@@ -1,7 +1,7 @@
 """Thread workers (``worker_method="thread"``): the same batches as process workers and as
 ``num_workers=0`` for every source, the same cursor (a checkpoint crosses methods both ways),
 get_worker_info() per thread, the global-RNG refusal, errors with their traceback, and no
-thread left behind. Exit paths as real processes are in test_exit.py."""
+thread left behind. Exit paths as real processes are in test_exit_threads.py."""
 
 from __future__ import annotations
 

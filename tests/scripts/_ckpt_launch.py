@@ -1,6 +1,7 @@
 """Start a real gloo job of a few processes on 127.0.0.1 for a test; never leave one behind.
 
-Each rank runs ``python <script> <args...>`` with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set,
+Each rank runs ``python <script> <args...>`` (or is forked from a ``forker()`` that imported
+torch once) with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set,
 writes its log to ``<tmp>/rank<r>.log`` and its answer as JSON to ``<tmp>/result<r>.json``.
 All ranks share one new process group, as the tasks of a SLURM job step do, so that
 :meth:`Job.signal_step` reaches every process of the job, DataLoader workers included.
@@ -19,6 +20,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from tests.helpers.forker import Forker
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 90.0  # seconds for a whole job; a hung collective fails the test instead of hanging
@@ -31,7 +35,7 @@ def free_port() -> int:
 
 
 class Job:
-    def __init__(self, procs: list[subprocess.Popen[bytes]], tmp: Path) -> None:
+    def __init__(self, procs: list[Any], tmp: Path) -> None:
         self.procs, self.tmp = procs, tmp
         self.deadline = time.monotonic() + TIMEOUT
 
@@ -75,30 +79,52 @@ class Job:
         ]
 
 
-@contextmanager
-def gloo_job(script: str, tmp: Path, *args: str, world: int = 2) -> Iterator[Job]:
-    env = {
+def _env() -> dict[str, str]:
+    """What every rank's environment holds apart from its place in the job."""
+    return {
         **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "WORLD_SIZE": str(world),
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
+
+
+def forker(*modules: str) -> Forker:
+    """A server that imported MODULES once, for ``gloo_job(..., forker=)``: each rank is then a
+    process forked from it, in the job's process group, with the rank's environment, instead of a
+    python that imports torch (and a framework) again."""
+    return Forker(*modules, env=_env())
+
+
+@contextmanager
+def gloo_job(
+    script: str, tmp: Path, *args: str, world: int = 2, forker: Forker | None = None
+) -> Iterator[Job]:
+    env = {
+        **_env(),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(world),
+    }
     if Path("/sys/class/net/lo").exists():
         env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's own sockets on loopback too
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[Any] = []  # subprocess.Popen, or forker.Run: the same calls
     try:
         for r in range(world):
+            rank_env = {**env, "RANK": str(r), "LOCAL_RANK": str(r)}
+            argv = [str(HERE / script), str(tmp), *args]
+            group = procs[0].pid if procs else 0
             with open(tmp / f"rank{r}.log", "wb") as log:
+                if forker is not None:
+                    procs.append(forker.popen(argv, env=rank_env, group=group, output=log.fileno()))
+                    continue
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, str(HERE / script), str(tmp), *args],
-                        env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                        [sys.executable, *argv],
+                        env=rank_env,
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
-                        process_group=procs[0].pid if procs else 0,
+                        process_group=group,
                     )
                 )
         yield Job(procs, tmp)
