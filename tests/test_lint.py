@@ -34,3 +34,12 @@ def test_ci_runs_the_readme_test_command() -> None:
     ]
     assert len(ci) == 1 and ci[0] in readme
     assert ci[0].startswith("pip install torch==2.13.0")
+
+
+def test_the_longest_files_started_first_exist() -> None:
+    """tests/conftest.py's LONGEST_FIRST names files that exist (a renamed one would lose its
+    place at the front of the queue without a word)."""
+    from tests.conftest import LONGEST_FIRST
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    assert [name for name in LONGEST_FIRST if not (root / name).is_file()] == []
