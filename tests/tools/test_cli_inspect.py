@@ -71,7 +71,7 @@ def test_inspect_shows_every_state_for_a_person(
     loader_block, sampler_block = out.split("\n\n")[1:]
     assert loader_block.splitlines() == [
         "loader",
-        "  kind:        loader, format version 1",
+        f"  kind:        loader, format version {seekdata.state.VERSION}",
         "  epoch:       0",
         "  position:    12 of 23 (52.2% of the epoch)",
         "  step:        3 in the epoch (batch size 4)",
@@ -152,7 +152,11 @@ def test_json_output(ckpt: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> 
     assert first["path"] == "loader" and first["keys"] == ["loader"]
     assert (first["kind"], first["epoch"], first["position"], first["n"]) == ("loader", 0, 12, 23)
     assert (first["percent"], first["epoch_finished"], first["step"]) == (52.17, False, 3)
-    assert (first["batch_size"], first["world_size"], first["version"]) == (4, 1, 1)
+    assert (first["batch_size"], first["world_size"], first["version"]) == (
+        4,
+        1,
+        seekdata.state.VERSION,
+    )
     assert first["fingerprint"] == inspection.fingerprint(loader)
     assert first["stream"]["sample_seed"] == 3 and first["problem"] is None
     assert second["keys"] == ["nested", 0, "sampler"]
@@ -333,7 +337,7 @@ def test_a_changed_mixture_shows_its_history(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A state over a mixture that changed: one line per change (where, what, digest), the
-    calls that rebuild it; --json carries the state's history and prefix verbatim."""
+    calls that rebuild it; --json carries the state's records (history, prefix) verbatim."""
     web, code = range(5), range(7)
     mix = seekdata.Mixture({"web": web, "code": code}, [3, 1], length=10, seed=3).changed(
         4, {"code": 1, "books": 1}, add={"books": range(3)}, remove=["web"]
@@ -348,7 +352,7 @@ def test_a_changed_mixture_shows_its_history(
     path.write_text(json.dumps({"loader": state}))
     assert inspect(str(path)) == 0
     out = capsys.readouterr().out
-    digests = [r["digest"][:8] for r in state["history"]]
+    digests = [r["digest"][:8] for r in state["source"]["history"]]
     assert out.splitlines()[-4:] == [
         f"  mixture:     {mix.stream_signature}",
         f"  history:     P=4   (epoch 0, 4)  + books; - web; weights 0 1/2 1/2  {digests[0]}",
@@ -358,7 +362,9 @@ def test_a_changed_mixture_shows_its_history(
     ]
     assert inspect(str(path), "--json") == 0
     report = json.loads(capsys.readouterr().out)["states"][0]
-    assert report["history"] == state["history"] and report["prefix"] == state["prefix"]
+    records = report["source"]  # the mixture's records, under the key it owns
+    assert records["history"] == state["source"]["history"]
+    assert records["prefix"] == state["source"]["prefix"] and records == state["source"]
     assert report["dataset"] == state["dataset"] == mix.stream_signature
 
 

@@ -269,6 +269,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         """Restore the cursor in O(1). Any world size; the stream fields must match.
         ``grow=True``: the dataset grew (append-only) since the state was saved."""
         where = "DistributedSampler.load_state_dict"
+        state = _state.upgrade(state)  # a state of an earlier format, as this release writes it
         if check_bool(grow, "grow", where):
             growths = _grown.growth_at(state, self.growths, self.n, where, self.dataset)
             n_then = int(state[_state.K_N])

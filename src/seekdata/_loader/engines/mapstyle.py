@@ -301,6 +301,7 @@ class MapEngine:
 
     def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
         where = "StatefulDataLoader.load_state_dict"
+        state = _state.upgrade(state)  # a state of an earlier format, as this release writes it
         config = self.config
         seed = seed_to_adopt(
             state, self.seed, explicit=self.keys.explicit, owns_sampler=config.owns_sampler
