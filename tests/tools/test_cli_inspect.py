@@ -385,3 +385,36 @@ def test_a_token_corpus_signature_is_labelled_as_a_dataset_not_a_mixture(
     out = capsys.readouterr().out
     assert f"  dataset:     {packed.stream_signature}" in out.splitlines()
     assert "mixture:" not in out
+
+
+def test_a_mixture_state_of_the_first_format_shows_its_records_as_this_release_writes_them(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A state an earlier release wrote (its records at the top level) is shown with the
+    version it was written in, its records as this release reads them: the signed sources one
+    a line, the history, and --json's ``source`` the converted records."""
+    from seekdata._core.state import upgrade
+
+    fixture = pathlib.Path(__file__).parents[1] / "sources" / "mixtures" / "states"
+    fixture = fixture / "mixture_02bdffb.json"
+    old = json.loads(fixture.read_text())["state"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"loader": old}))
+    assert inspect(str(path)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  kind:        loader, format version 1" in lines
+    at = lines.index("  sources:     id 0: first 5 items, Signed(0, n=5)")
+    assert lines[at + 1 : at + 4] == [
+        f"{'':15}id 1: first 7 items, Signed(1, n=7)",
+        f"{'':15}id 2: first 4 items, Signed(2, n=4)",
+        f"{'':15}id 3: first 3 items, Signed(3, n=3)",
+    ]
+    assert lines[at + 4] == f"  mixture:     {old['dataset']}"
+    assert lines[at + 5].startswith("  history:     P=4  (epoch 0, 4)  + maths, books; - web")
+    assert not any(line.startswith("  problem:") for line in lines)
+    assert inspect(str(path), "--json") == 0
+    report = json.loads(capsys.readouterr().out)["states"][0]
+    assert report["version"] == 1 and report["position_counts"] == "samples"
+    assert report["source"] == upgrade(old)["source"]
+    assert report["source"]["kind"] == "Mixture" and report["source"]["history"] == old["history"]
+    assert "prefix" not in report and "history" not in report  # one place: the records
