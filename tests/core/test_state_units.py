@@ -167,3 +167,30 @@ def test_inspect_says_what_the_position_counts_in_either_format() -> None:
     seekable = seekdata.StatefulDataLoader(GlobalRNGAug(10), batch_size=3, seed=5)
     d = inspection.describe((), consumed(seekable, 2))
     assert (d["position_counts"], d["percent"]) == ("samples", 60.0)
+
+
+def test_a_position_in_another_unit_is_refused_even_with_strict_false() -> None:
+    """A replayed sampler's count of batches is never continued as a count of samples, nor
+    the reverse: the order's mismatch is a warning with strict=False, the unit's a refusal."""
+    batches = consumed(replacement(), 3)
+    seekable = seekdata.StatefulDataLoader(list(range(4)), batch_size=1, seed=0)
+    samples = consumed(seekable, 3)
+    with pytest.raises(seekdata.StateMismatchError, match=r"order is 'replay:RandomSampler'"):
+        seekdata.StatefulDataLoader(list(range(4)), batch_size=1, seed=0).load_state_dict(batches)
+    for state, loader, here in [
+        (batches, seekdata.StatefulDataLoader(list(range(4)), batch_size=1, seed=0), "samples"),
+        (samples, replacement(), "batches"),
+    ]:
+        before = loader.state_dict()
+        with (
+            pytest.warns(UserWarning, match="strict=False"),
+            pytest.raises(seekdata.StateMismatchError) as e,
+        ):
+            loader.load_state_dict(state, strict=False)
+        assert f"unit is {state['unit']!r} in the checkpoint but {here!r} here" in str(e.value)
+        assert "not even with strict=False" in str(e.value)
+        assert loader.state_dict() == before  # a refusal leaves the loader as it was
+    sampler = seekdata.DistributedSampler(range(10), 1, 0, seed=1)
+    edited = {**sampler.state_dict(), "unit": "batches"}
+    with pytest.raises(seekdata.StateMismatchError, match=r"unit is 'batches' in the checkpoint"):
+        seekdata.DistributedSampler(range(10), 1, 0, seed=1).load_state_dict(edited, strict=False)

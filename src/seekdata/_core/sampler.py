@@ -278,6 +278,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         expected = {_state.K_KIND: "sampler", **self.stream_fields(), **self.fields_then(n_then)}
         # what identifies the data first (its length, its own stream), then drop_last
         rest = _identity.check_data(state, expected, self.dataset, n_then, where, strict)
+        _state.check_unit(state, self.cursor.unit, where)  # even with strict=False
         self.check_state(state, rest, where, strict)
         if growths != self.growths:
             self.grow(growths)

@@ -29,6 +29,7 @@ __all__ = [
     "check_resize",
     "check_state",
     "check_step",
+    "check_unit",
     "describe_same",
     "record_kind",
     "unit_of",
@@ -408,6 +409,22 @@ def check_fields(
         warn_caller(
             f"{where}: {key} is {old!r} in the checkpoint but {here!r} here; continuing with "
             f"{here!r} (strict=False): {_CONTINUES.get(key, 'this value applies from here on')}"
+        )
+
+
+def check_unit(state: Mapping[str, Any], here: str, where: str) -> None:
+    """A state :func:`check_form` accepted counts its position in the unit this path counts
+    (``here``): a count of batches continued as samples, or the reverse, would land elsewhere
+    in the stream, so another unit is refused even with ``strict=False`` (as another kind is).
+    Called after the fields are compared, so a state of another sampler is first refused by
+    what differs (its order) with that field's fix."""
+    old = unit_of(state)
+    if old != here:
+        raise StateMismatchError(
+            f"{where}: {K_UNIT} is {old!r} in the checkpoint but {here!r} here: a position "
+            f"in {old} cannot be continued as one in {here}, not even with strict=False; load "
+            f"it into a loader built as the checkpoint's was (a seekdata sampler counts "
+            f"samples; another sampler, which the loader replays, counts batches)"
         )
 
 

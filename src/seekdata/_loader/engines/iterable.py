@@ -293,6 +293,7 @@ class IterableEngine:
         seed = seed_to_adopt(state, self.seed, explicit=self.keys.explicit, owns_sampler=False)
         expected = {_state.K_KIND: "iterable", **self.fields(seed)}
         _state.check_state(state, expected, where=where, strict=strict)
+        _state.check_unit(state, self.cursor.unit, where)  # an edited state: even strict=False
         _reshape.check_iterable(state, self.num_workers, _dist.world_size_or_one(), where)
         # everything is valid: only now change the loader
         if seed != self.seed:

@@ -318,6 +318,7 @@ class MapEngine:
         rest = _reshape.check_data(
             state, expected, self.keyed.dataset, then.get(_state.K_N), where, strict
         )
+        _state.check_unit(state, self.cursor.unit, where)  # even with strict=False
         if _state.K_BATCH_SIZE in rest:
             rest[_state.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
         self.check(state, rest, where, strict)
