@@ -196,7 +196,7 @@ def change_rows(quick: bool) -> list[dict[str, Any]]:
         rows.append(
             {
                 "K": f"{k} -> {len(mix.datasets)}",
-                "changes": len(saved["history"]),
+                "changes": len(saved["source"]["history"]),  # the mixture's own records
                 "p": "1e12",
                 "locate (us)": 1e6 * statistics.median(per),
                 "build (ms)": 1e3 * built,

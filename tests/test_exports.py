@@ -317,13 +317,15 @@ PUBLIC = {
     "seekdata.integrations.transformers": ["STATE_FILE", "StepRNGCallback", "Trainer"],
     "seekdata.tools.cli": ["build_parser", "main"],
 }  # fmt: skip
-# public outside __all__, as before: the state keys
+# public outside __all__, as before: the state keys (the core's), and a mixture's own record
+# keys, which seekdata.state hands out from the mixture (they sit under the key it owns)
 STATE_KEYS = [
     "K_BATCH_DROP_LAST", "K_BATCH_SIZE", "K_DATASET", "K_DROP_LAST", "K_ENGINE", "K_EPOCH",
-    "K_EXHAUSTED", "K_GROWN", "K_HISTORY", "K_KIND", "K_N", "K_ORDER", "K_ORIGIN", "K_POSITION",
-    "K_PREFIX", "K_SAMPLE_SEED", "K_SEED", "K_SHUFFLE", "K_SKIPS", "K_SOURCES", "K_STEP",
-    "K_VERSION", "K_WORLD_SIZE",
+    "K_EXHAUSTED", "K_GROWN", "K_KIND", "K_N", "K_ORDER", "K_ORIGIN", "K_POSITION",
+    "K_SAMPLE_SEED", "K_SEED", "K_SHUFFLE", "K_SKIPS", "K_SOURCE", "K_SOURCES", "K_STEP",
+    "K_UNIT", "K_VERSION", "K_WORLD_SIZE",
 ]  # fmt: skip
+MIXTURE_KEYS = ["K_HISTORY", "K_PREFIX"]
 
 
 @pytest.mark.parametrize("name", sorted(PUBLIC))
@@ -343,8 +345,13 @@ def test_the_faces_hand_out_the_implementations_objects() -> None:
     from seekdata._core import state, steprng
 
     assert seekdata.training.set_step_rng is steprng.set_step_rng is seekdata.set_step_rng
+    from seekdata.sources.mixtures import records
+
     assert sorted(k for k in vars(state) if k.startswith("K_")) == STATE_KEYS
     assert [getattr(seekdata.state, k) for k in STATE_KEYS] == [vars(state)[k] for k in STATE_KEYS]
+    assert [getattr(seekdata.state, k) for k in MIXTURE_KEYS] == [
+        vars(records)[k] for k in MIXTURE_KEYS
+    ]
 
 
 def test_the_demo_and_the_console_script_start() -> None:

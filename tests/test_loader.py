@@ -207,7 +207,7 @@ def test_mismatched_states_name_the_field(field, value) -> None:
         ("x", TypeError, "state must be a dict"),
         ({"epoch": 1, "position": 0}, seekdata.StateMismatchError, "no 'seekdata' version key"),
         (
-            {"seekdata": 2, "kind": "loader", "epoch": 0, "position": 0},
+            {"seekdata": seekdata.state.VERSION + 1, "kind": "loader", "epoch": 0, "position": 0},
             seekdata.StateMismatchError,
             "upgrade seekdata",
         ),

@@ -551,7 +551,7 @@ def test_a_changed_mixture_records_its_prefix_in_a_sampler_state_too() -> None:
     for _ in range(4):
         next(it)
     later = json.loads(json.dumps(sampler.state_dict()))
-    assert later["prefix"] == changed.prefix_signature(7) and later["history"]
+    assert later["source"]["prefix"] == changed.prefix_signature(7) and later["source"]["history"]
     seekdata.DistributedSampler(changed, 1, 0, shuffle=False).load_state_dict(later)
     other = seekdata.DistributedSampler(mix.changed(3, [1, 2]), 1, 0, shuffle=False)
     with pytest.raises(seekdata.StateMismatchError, match="the checkpoint changed at P=3"):

@@ -71,7 +71,7 @@ def test_inspect_shows_every_state_for_a_person(
     loader_block, sampler_block = out.split("\n\n")[1:]
     assert loader_block.splitlines() == [
         "loader",
-        "  kind:        loader, format version 1",
+        f"  kind:        loader, format version {seekdata.state.VERSION}",
         "  epoch:       0",
         "  position:    12 of 23 (52.2% of the epoch)",
         "  step:        3 in the epoch (batch size 4)",
@@ -152,7 +152,11 @@ def test_json_output(ckpt: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> 
     assert first["path"] == "loader" and first["keys"] == ["loader"]
     assert (first["kind"], first["epoch"], first["position"], first["n"]) == ("loader", 0, 12, 23)
     assert (first["percent"], first["epoch_finished"], first["step"]) == (52.17, False, 3)
-    assert (first["batch_size"], first["world_size"], first["version"]) == (4, 1, 1)
+    assert (first["batch_size"], first["world_size"], first["version"]) == (
+        4,
+        1,
+        seekdata.state.VERSION,
+    )
     assert first["fingerprint"] == inspection.fingerprint(loader)
     assert first["stream"]["sample_seed"] == 3 and first["problem"] is None
     assert second["keys"] == ["nested", 0, "sampler"]
@@ -333,7 +337,7 @@ def test_a_changed_mixture_shows_its_history(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A state over a mixture that changed: one line per change (where, what, digest), the
-    calls that rebuild it; --json carries the state's history and prefix verbatim."""
+    calls that rebuild it; --json carries the state's records (history, prefix) verbatim."""
     web, code = range(5), range(7)
     mix = seekdata.Mixture({"web": web, "code": code}, [3, 1], length=10, seed=3).changed(
         4, {"code": 1, "books": 1}, add={"books": range(3)}, remove=["web"]
@@ -348,7 +352,7 @@ def test_a_changed_mixture_shows_its_history(
     path.write_text(json.dumps({"loader": state}))
     assert inspect(str(path)) == 0
     out = capsys.readouterr().out
-    digests = [r["digest"][:8] for r in state["history"]]
+    digests = [r["digest"][:8] for r in state["source"]["history"]]
     assert out.splitlines()[-4:] == [
         f"  mixture:     {mix.stream_signature}",
         f"  history:     P=4   (epoch 0, 4)  + books; - web; weights 0 1/2 1/2  {digests[0]}",
@@ -358,7 +362,9 @@ def test_a_changed_mixture_shows_its_history(
     ]
     assert inspect(str(path), "--json") == 0
     report = json.loads(capsys.readouterr().out)["states"][0]
-    assert report["history"] == state["history"] and report["prefix"] == state["prefix"]
+    records = report["source"]  # the mixture's records, under the key it owns
+    assert records["history"] == state["source"]["history"]
+    assert records["prefix"] == state["source"]["prefix"] and records == state["source"]
     assert report["dataset"] == state["dataset"] == mix.stream_signature
 
 
@@ -379,3 +385,36 @@ def test_a_token_corpus_signature_is_labelled_as_a_dataset_not_a_mixture(
     out = capsys.readouterr().out
     assert f"  dataset:     {packed.stream_signature}" in out.splitlines()
     assert "mixture:" not in out
+
+
+def test_a_mixture_state_of_the_first_format_shows_its_records_as_this_release_writes_them(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A state an earlier release wrote (its records at the top level) is shown with the
+    version it was written in, its records as this release reads them: the signed sources one
+    a line, the history, and --json's ``source`` the converted records."""
+    from seekdata._core.state import upgrade
+
+    fixture = pathlib.Path(__file__).parents[1] / "sources" / "mixtures" / "states"
+    fixture = fixture / "mixture_02bdffb.json"
+    old = json.loads(fixture.read_text())["state"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"loader": old}))
+    assert inspect(str(path)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  kind:        loader, format version 1" in lines
+    at = lines.index("  sources:     id 0: first 5 items, Signed(0, n=5)")
+    assert lines[at + 1 : at + 4] == [
+        f"{'':15}id 1: first 7 items, Signed(1, n=7)",
+        f"{'':15}id 2: first 4 items, Signed(2, n=4)",
+        f"{'':15}id 3: first 3 items, Signed(3, n=3)",
+    ]
+    assert lines[at + 4] == f"  mixture:     {old['dataset']}"
+    assert lines[at + 5].startswith("  history:     P=4  (epoch 0, 4)  + maths, books; - web")
+    assert not any(line.startswith("  problem:") for line in lines)
+    assert inspect(str(path), "--json") == 0
+    report = json.loads(capsys.readouterr().out)["states"][0]
+    assert report["version"] == 1 and report["position_counts"] == "samples"
+    assert report["source"] == upgrade(old)["source"]
+    assert report["source"]["kind"] == "Mixture" and report["source"]["history"] == old["history"]
+    assert "prefix" not in report and "history" not in report  # one place: the records

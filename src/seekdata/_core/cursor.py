@@ -1,9 +1,11 @@
 """The cursor: where a stream stands, and the epoch-end rules, written once.
 
 Every engine (seekable, replay, iterable) and the sampler hold a :class:`Cursor` and move it
-only through its methods. Its fields are the state's: the epoch, the global position in it
-(``end`` means the epoch's positions are used up), the origin of the current partition, this
-rank's batch in the epoch and whether the epoch's iterator finished (``exhausted``).
+only through its methods. Its fields are the state's: the epoch, the position in it, in the
+unit the cursor was made with (``unit``: global sample positions, or batches on the paths that
+cannot seek; ``state["unit"]`` says which), ``end`` meaning the epoch is used up, the origin of
+the current partition, this rank's batch in the epoch and whether the epoch's iterator finished
+(``exhausted``).
 
 The epoch changes in three ways only:
 
@@ -40,8 +42,9 @@ class Snapshot(NamedTuple):
 class Cursor:
     """(epoch, position, origin, batch, exhausted, skips) and the rules that move them."""
 
-    def __init__(self, end: int) -> None:
+    def __init__(self, end: int, unit: str = _state.UNITS[0]) -> None:
         self.end = end  # the position that means "the epoch ended" (the dataset length)
+        self.unit = unit  # what the position counts (samples, or batches: state["unit"])
         self.snapshot = Snapshot()
         self._explicit = False  # set_epoch/seek since the last begin(): an end is kept
         self._restored: int | None = None  # the epoch a state restored, until set_epoch
@@ -124,6 +127,7 @@ class Cursor:
         return {
             _state.K_EPOCH: now.epoch,
             _state.K_POSITION: now.position,
+            _state.K_UNIT: self.unit,
             _state.K_EXHAUSTED: now.exhausted and now.position >= self.end,
         }
 
@@ -168,7 +172,7 @@ class Cursor:
     def resized(self, end: int) -> Cursor:
         """The same cursor over an epoch of ``end`` positions (a dataset whose length changed,
         between epochs): at the end if this one was, else at the start."""
-        new = Cursor(end)
+        new = Cursor(end, self.unit)
         now = self.snapshot
         new.snapshot = Snapshot(now.epoch, end if self.ended else 0, 0, 0, now.exhausted, now.skips)
         new._explicit = self._explicit

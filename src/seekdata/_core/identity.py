@@ -11,7 +11,8 @@ another dataset is refused as such, not with a batch size whose fix leads to the
 
 A source that owns records (``stream_records``) names them and checks them
 (``check_records``, :class:`seekdata.sources.SeekableSource`): the core knows only that such
-records exist and whom to ask.
+records exist, that they sit under one key the source owns (:data:`K_SOURCE`, with the
+protocol's own :data:`K_SOURCES` beside them), and whom to ask.
 """
 
 from __future__ import annotations
@@ -29,15 +30,18 @@ from seekdata._core.state import (
     K_EPOCH,
     K_KIND,
     K_POSITION,
+    K_SOURCE,
     K_SOURCES,
+    R_KIND,
     StateMismatchError,
     check_dataset,
     check_fields,
     check_form,
+    record_kind,
     warn_caller,
 )
 
-__all__ = ["check_data", "check_stream", "stream_records"]
+__all__ = ["check_data", "check_stream", "records_of", "stream_records"]
 
 
 def check_data(
@@ -67,18 +71,28 @@ def check_data(
 
 def stream_records(dataset: Any, epoch: int, position: int) -> dict[str, Any]:
     """What a loader's or sampler's state records of ``dataset``'s own stream at the cursor:
-    its ``stream_signature`` (:data:`K_DATASET`) and the records a source with a history keeps
-    (its ``stream_records``: a mixture's changes), and for a dataset made of sources each
-    source's own signature (:data:`K_SOURCES`)."""
+    its ``stream_signature`` (:data:`K_DATASET`) and, under the one key the dataset owns
+    (:data:`K_SOURCE`, only when there is something to record), the kind of dataset, the
+    records a source with a history keeps (its ``stream_records``: a mixture's changes) and,
+    for a dataset made of sources, each source's own signature (:data:`K_SOURCES`)."""
     out: dict[str, Any] = {}
     signature = signature_then(dataset, None)
     if signature is not None:
         out[K_DATASET] = signature
-    out.update(_source.stream_records(dataset, epoch, position))
+    records = _source.stream_records(dataset, epoch, position)
     signed = _source.source_signatures(dataset)
     if signed:
-        out[K_SOURCES] = signed
+        records[K_SOURCES] = signed
+    if records:
+        out[K_SOURCE] = {R_KIND: record_kind(signature, type(dataset)), **records}
     return out
+
+
+def records_of(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The records a dataset keeps in ``state`` (:data:`K_SOURCE`); empty when none (or, in a
+    state :func:`seekdata._core.state.check_form` did not accept, not a mapping)."""
+    records = state.get(K_SOURCE)
+    return records if isinstance(records, Mapping) else {}
 
 
 def check_stream(
@@ -91,7 +105,8 @@ def check_stream(
     since (its first ``n_then`` items must be what it had then). A sampler state with no record
     of the dataset (written before samplers recorded one) is not checked."""
     here = _source.stream_records(dataset, state[K_EPOCH], state[K_POSITION], always=True)
-    if state.get(K_KIND) == "sampler" and K_DATASET not in state and not here.keys() & state:
+    saved = records_of(state)
+    if state.get(K_KIND) == "sampler" and K_DATASET not in state and not here.keys() & saved:
         return
     _check_sources(state, dataset, where, strict)
     if _source.check_records(dataset, state, where, strict):  # the source's own records
@@ -109,19 +124,25 @@ def check_stream(
 
 def _check_sources(state: Mapping[str, Any], dataset: Any, where: str, strict: bool) -> None:
     """Each source of a dataset made of sources (a mixture) recorded with its own stream
-    (:data:`K_SOURCES`) against the source with that id here: its first ``length`` items must be
-    what they were. A source removed since (``Mixture.gone``) or absent is not read, so not
-    checked; a state without the record (an older release, or no source with a stream) is not
-    checked."""
-    recorded = state.get(K_SOURCES)
+    (:data:`K_SOURCES`, in the dataset's records) against the source with that id here: its
+    first ``length`` items must be what they were. A source removed since (``Mixture.gone``) or
+    absent is not read, so not checked; a state without the record (an older release, or no
+    source with a stream) is not checked."""
+    recorded = records_of(state).get(K_SOURCES)
     if not recorded or not _source.finds_sources(dataset):
         return
+    if not isinstance(recorded, list):
+        raise StateMismatchError(
+            f"{where}: state[{K_SOURCE!r}][{K_SOURCES!r}] must be a list of [source id, length, "
+            f"signature]; got {type(recorded).__name__} {recorded!r}; pass an unmodified "
+            f"state_dict()"
+        )
     for entry in recorded:
         if not (isinstance(entry, list) and len(entry) == 3 and is_state_int(entry[0])
                 and is_state_int(entry[1]) and isinstance(entry[2], str)):  # fmt: skip
             raise StateMismatchError(
-                f"{where}: each of state[{K_SOURCES!r}] must be [source id, length, "
-                f"signature]; got {entry!r}; pass an unmodified state_dict()"
+                f"{where}: each of state[{K_SOURCE!r}][{K_SOURCES!r}] must be [source id, "
+                f"length, signature]; got {entry!r}; pass an unmodified state_dict()"
             )
         found = _source.source_with_id(dataset, entry[0])
         if found is None:

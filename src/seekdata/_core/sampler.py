@@ -269,6 +269,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         """Restore the cursor in O(1). Any world size; the stream fields must match.
         ``grow=True``: the dataset grew (append-only) since the state was saved."""
         where = "DistributedSampler.load_state_dict"
+        state = _state.upgrade(state)  # a state of an earlier format, as this release writes it
         if check_bool(grow, "grow", where):
             growths = _grown.growth_at(state, self.growths, self.n, where, self.dataset)
             n_then = int(state[_state.K_N])
@@ -277,6 +278,7 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         expected = {_state.K_KIND: "sampler", **self.stream_fields(), **self.fields_then(n_then)}
         # what identifies the data first (its length, its own stream), then drop_last
         rest = _identity.check_data(state, expected, self.dataset, n_then, where, strict)
+        _state.check_unit(state, self.cursor.unit, where)  # even with strict=False
         self.check_state(state, rest, where, strict)
         if growths != self.growths:
             self.grow(growths)

@@ -85,23 +85,27 @@ class SeekableSource(Protocol):
         shard-local order the checkpoint's epoch had. Without it: a sharded dataset grows by
         whole shards (``n`` must be a sum of its first ``shard_sizes``).
     ``stream_records(epoch, position, always=False) -> dict``
-        State keys of a dataset whose stream has a history (a ``Mixture``'s changes: its prefix
-        signature and the history of its changes at the cursor): written into every
-        ``state_dict()``, and read back at ``load_state_dict``, where a state that agrees on
-        the stream consumed is accepted even if the dataset changed since. ``always``: return
-        the keys even where nothing changed yet (the loader's check asks so). Without it: the
-        state records only ``stream_signature``. (Earlier releases called it
-        ``_stream_records``, a private name; the loader reads only this one.)
+        The records of a dataset whose stream has a history (a ``Mixture``'s changes: its
+        prefix signature and the history of its changes at the cursor): written into every
+        ``state_dict()`` under the one key the dataset owns, ``state["source"]`` (beside
+        ``"kind"``, the family its signature names, and ``"sources"``, below), and read back at
+        ``load_state_dict``, where a state that agrees on the stream consumed is accepted even
+        if the dataset changed since. ``always``: return them even where nothing changed yet
+        (the loader's check asks so). Without it: the state records only ``stream_signature``.
+        (Earlier releases called it ``_stream_records``, a private name; the loader reads only
+        this one. A state of the first format held the records at its top level: the loader
+        converts it before anyone reads it.)
     ``check_records(state, where, strict) -> None``
-        The dataset's own check of the keys its ``stream_records`` wrote, at
-        ``load_state_dict``: return when ``state`` continues this dataset's stream, raise
-        ``StateMismatchError`` naming what differs when it does not (with ``strict=False``:
-        warn and return). It is asked instead of the ``stream_signature`` comparison, so it
-        decides the signature too. Without it: the state's ``stream_signature`` must be the
-        dataset's.
+        The dataset's own check of the records its ``stream_records`` wrote (in
+        ``state["source"]``; the core checked only that it is a dict), at ``load_state_dict``:
+        return when ``state`` continues this dataset's stream, raise ``StateMismatchError``
+        naming what differs when it does not (with ``strict=False``: warn and return). It is
+        asked instead of the ``stream_signature`` comparison, so it decides the signature too.
+        Without it: the state's ``stream_signature`` must be the dataset's.
     ``source_signatures() -> list[[id, length, signature]]``
         For a dataset made of sources, each source's ``stream_signature``: a state records them
-        so that a source rebuilt on other data is refused by id. Without it: none recorded.
+        (``state["source"]["sources"]``) so that a source rebuilt on other data is refused by
+        id. Without it: none recorded.
     ``source_with_id(id) -> (label, dataset) | None``
         The source with that id, to check a recorded source signature against (None: removed,
         never read again). Without it: recorded source signatures are not checked.

@@ -18,6 +18,7 @@ __all__ = [
     "CHECK_ORDER",
     "DATA_FIELDS",
     "KINDS",
+    "UNITS",
     "VERSION",
     "StateMismatchError",
     "check_dataset",
@@ -28,13 +29,23 @@ __all__ = [
     "check_resize",
     "check_state",
     "check_step",
+    "check_unit",
     "describe_same",
+    "record_kind",
+    "unit_of",
+    "upgrade",
     "warn_caller",
     "warn_rewind",
 ]
 
-#: The format version written by this release. States from a newer release are rejected.
-VERSION = 1
+#: The format version written by this release. States from a newer release are rejected; a
+#: state of an earlier one is read as this release writes it (:func:`upgrade`).
+#:
+#: - 1: the first format.
+#: - 2: the state says what its position counts (:data:`K_UNIT`), and a dataset's records of
+#:   its own stream sit under one key it owns (:data:`K_SOURCE`) instead of beside the
+#:   core's keys.
+VERSION = 2
 
 #: Marker key: its value is the format version. Finds seekdata states nested in checkpoints.
 K_VERSION = "seekdata"
@@ -42,8 +53,15 @@ K_VERSION = "seekdata"
 K_KIND = "kind"
 #: The epoch the cursor is in.
 K_EPOCH = "epoch"
-#: Global positions of the epoch consumed, summed over all ranks; ``n`` means the epoch ended.
+#: How far the epoch is consumed, in the unit :data:`K_UNIT` names: global sample positions
+#: summed over all ranks, or batches; ``n`` means the epoch ended (whatever the unit).
 K_POSITION = "position"
+#: What :data:`K_POSITION` counts: ``"samples"`` (global positions of the epoch's order: a
+#: seekdata sampler, and a loader over one) or ``"batches"`` (batches consumed: a loader over a
+#: sampler it cannot seek, which replays it; an iterable loader). Written by the cursor of each
+#: path; absent means ``"samples"`` (the checks bound a position by ``n`` only in samples). A
+#: version-1 state did not write it: :func:`upgrade` reads it from what that format recorded.
+K_UNIT = "unit"
 #: At the epoch's end: whether its iterator already finished (raised StopIteration). Then a
 #: later ``iter()`` with no ``set_epoch`` starts the next epoch; if not, that ``iter()`` first
 #: yields the (empty) rest of this epoch, as the uninterrupted run's loop would.
@@ -85,19 +103,28 @@ K_ENGINE = "engine"
 K_DATASET = "dataset"
 #: growths of the dataset so far, ``[[epoch, position, length before], ...]`` (only if any)
 K_GROWN = "grown"
-#: Written over a mixture with changes (a schedule, or ``Mixture.changed``): the
-#: signature of the stream consumed so far (``Mixture.prefix_signature``). A mixture that agrees
-#: on that prefix (one changed after the cursor) accepts the state. Absent otherwise.
-K_PREFIX = "prefix"
-#: Written with :data:`K_PREFIX` once a change took effect: one record per change
-#: (``at``, ``epoch``, ``position``, ``digest``, and ``added``/``removed``/``grown``/``weights``
-#: where they apply), for error messages and ``seekdata inspect``. Absent otherwise.
-K_HISTORY = "history"
-#: Written over a :class:`seekdata.Mixture` whose sources define their own streams (token
-#: corpora, tar shards): ``[[source id, length, stream_signature], ...]``, one per such source
+#: The records a dataset keeps of its own stream, one ``dict`` the dataset owns (the source
+#: protocol): ``kind`` (:data:`R_KIND`, the family that wrote them, as its signatures name it:
+#: ``"Mixture"``), the keys of its ``stream_records`` (a mixture's changes: ``prefix`` and
+#: ``history``, :mod:`seekdata.sources.mixtures.records`) and, for a dataset made of sources,
+#: :data:`K_SOURCES`. The core checks only that it is a ``dict``; the dataset checks what is in it
+#: (its ``check_records``). Absent when the dataset keeps none. (Named for its owner, the source,
+#: as the protocol calls a dataset that declares itself; ``dataset`` is its signature's key.)
+K_SOURCE = "source"
+#: In :data:`K_SOURCE`: the family that wrote the records (``Kind`` of its ``Kind(...)``
+#: signatures, :func:`record_kind`), so a reader without the dataset (``seekdata inspect``) knows
+#: whose they are.
+R_KIND = "kind"
+#: In :data:`K_SOURCE`, written for a dataset made of sources whose own streams are defined
+#: (a :class:`seekdata.Mixture` of token corpora, tar shards; the protocol's
+#: ``source_signatures``): ``[[source id, length, stream_signature], ...]``, one per such source
 #: as it stands now. At load each source still present must have the same first ``length`` items
 #: (token files in another order inside a mixture are refused). Absent otherwise.
 K_SOURCES = "sources"
+
+
+#: The values of :data:`K_UNIT`: the first is what a state without one counts.
+UNITS = ("samples", "batches")
 
 
 class StateMismatchError(ValueError):
@@ -109,6 +136,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     K_KIND: str,
     K_EPOCH: int,
     K_POSITION: int,
+    K_UNIT: str,
     K_EXHAUSTED: bool,
     K_N: int,
     K_SEED: int,
@@ -124,9 +152,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     K_SKIPS: list,
     K_DATASET: str,
     K_GROWN: list,
-    K_PREFIX: str,
-    K_HISTORY: list,
-    K_SOURCES: list,
+    K_SOURCE: dict,
 }
 
 _FIX = {
@@ -223,13 +249,74 @@ def check_state(
     ``strict=False`` a mismatching stream field is a warning at the caller's line saying what
     continuing means; structure, types, kinds and versions are always checked.
     """
+    state = upgrade(state)
     check_form(state, expected, where=where)
     check_fields(state, expected, where=where, strict=strict)
 
 
+def upgrade(state: Any) -> Any:
+    """``state`` as this release writes it (format :data:`VERSION`): a state of an earlier
+    format is converted, anything else (this format, a newer one, not a state) returned as is,
+    for :func:`check_form` to judge. Never modifies ``state``. Every reader of a state (the
+    loaders' and the sampler's ``load_state_dict``, ``Mixture.changed(at=state)``,
+    ``seekdata inspect``) calls it first, so that each rule reads one format.
+
+    Version 1 to 2, what the earlier release wrote where this one writes otherwise:
+
+    - :data:`K_UNIT` was not written: its position counted batches on the two paths that count
+      them, the loader over a sampler it cannot seek (its order recorded as
+      ``"replay:<sampler>"``) and the iterable loader, and samples everywhere else;
+    - a dataset's records (``prefix``, ``history``, ``sources``) were top-level keys: they move
+      under :data:`K_SOURCE`, with the kind their dataset's signature names.
+
+    This is the one place that reads the earlier format; its spellings are frozen here, as the
+    checkpoints users already hold wrote them."""
+    if not isinstance(state, Mapping) or not is_state_int(state.get(K_VERSION)):
+        return state
+    if state[K_VERSION] != 1:
+        return state
+    out = dict(state)
+    if K_UNIT not in out:
+        replay = isinstance(out.get(K_ORDER), str) and out[K_ORDER].startswith(_V1_REPLAY)
+        out[K_UNIT] = UNITS[1] if replay or out.get(K_KIND) == "iterable" else UNITS[0]
+    records = {key: out.pop(key) for key in _V1_RECORDS if key in out}
+    if records and K_SOURCE not in out:
+        out[K_SOURCE] = {R_KIND: record_kind(out.get(K_DATASET), None), **records}
+    out[K_VERSION] = VERSION
+    return out
+
+
+#: Version 1: the order a loader over a sampler it cannot seek recorded (its position counted
+#: batches), and the records a dataset wrote beside the core's keys. Read by :func:`upgrade`.
+_V1_REPLAY = "replay:"
+_V1_RECORDS = ("prefix", "history", "sources")
+
+
+def record_kind(signature: Any, dataset: type | None) -> str:
+    """The kind of a dataset's records (:data:`R_KIND`): ``Kind`` of its ``Kind(...)``
+    ``stream_signature`` (the family's name, as :func:`describe_same` keys its wording), else
+    the dataset's class name (``"?"`` when neither is known)."""
+    if isinstance(signature, str) and "(" in signature:
+        return signature.partition("(")[0]
+    return dataset.__name__ if dataset is not None else "?"
+
+
+def unit_of(state: Mapping[str, Any]) -> str:
+    """What a checked state's position counts (:data:`K_UNIT`; absent: samples)."""
+    return str(state.get(K_UNIT, UNITS[0]))
+
+
 def check_form(state: Any, expected: Mapping[str, Any], *, where: str) -> None:
     """``state`` is a well-formed seekdata state holding the keys its kind requires and those
-    of ``expected``, each of its type and in range; compares nothing with this object."""
+    of ``expected``, each of its type and in range; compares nothing with this object. A state
+    of an earlier format is judged as :func:`upgrade` reads it.
+
+    What holds for every path: the version, the kind and its keys, each key's type, the
+    counters non-negative, the origin at or before the position, the position at most ``n``
+    where it counts samples (:data:`K_UNIT`; a count of batches has no bound known here: the
+    engine bounds its ``step`` by it), the skips sorted. A dataset's records (:data:`K_SOURCE`)
+    must be a ``dict``; what is in it is checked by the dataset (``check_records``)."""
+    state = upgrade(state)
     if not isinstance(state, Mapping):
         raise TypeError(
             f"{where}: state must be a dict from state_dict(); got {type(state).__name__}; "
@@ -287,8 +374,12 @@ def check_form(state: Any, expected: Mapping[str, Any], *, where: str) -> None:
             f"{where}: state[{K_ORIGIN!r}] must be <= state[{K_POSITION!r}] "
             f"({state[K_POSITION]}); got {state[K_ORIGIN]}; pass an unmodified state_dict()"
         )
-    replay = str(state.get(K_ORDER, "")).startswith("replay:")  # position counts batches
-    if K_N in state and not replay and state[K_POSITION] > state[K_N]:
+    if state.get(K_UNIT, UNITS[0]) not in UNITS:
+        raise StateMismatchError(
+            f"{where}: state[{K_UNIT!r}] must be one of {', '.join(map(repr, UNITS))}; got "
+            f"{state[K_UNIT]!r}; pass an unmodified state_dict()"
+        )
+    if K_N in state and unit_of(state) == UNITS[0] and state[K_POSITION] > state[K_N]:
         raise StateMismatchError(
             f"{where}: state[{K_POSITION!r}] is {state[K_POSITION]}, past the epoch's end "
             f"{state[K_N]}; pass an unmodified state_dict()"
@@ -318,6 +409,22 @@ def check_fields(
         warn_caller(
             f"{where}: {key} is {old!r} in the checkpoint but {here!r} here; continuing with "
             f"{here!r} (strict=False): {_CONTINUES.get(key, 'this value applies from here on')}"
+        )
+
+
+def check_unit(state: Mapping[str, Any], here: str, where: str) -> None:
+    """A state :func:`check_form` accepted counts its position in the unit this path counts
+    (``here``): a count of batches continued as samples, or the reverse, would land elsewhere
+    in the stream, so another unit is refused even with ``strict=False`` (as another kind is).
+    Called after the fields are compared, so a state of another sampler is first refused by
+    what differs (its order) with that field's fix."""
+    old = unit_of(state)
+    if old != here:
+        raise StateMismatchError(
+            f"{where}: {K_UNIT} is {old!r} in the checkpoint but {here!r} here: a position "
+            f"in {old} cannot be continued as one in {here}, not even with strict=False; load "
+            f"it into a loader built as the checkpoint's was (a seekdata sampler counts "
+            f"samples; another sampler, which the loader replays, counts batches)"
         )
 
 

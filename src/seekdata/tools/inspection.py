@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from seekdata._core import state as _state
-from seekdata.sources.mixtures.records import describe_change
+from seekdata.sources.mixtures import records as _records
 from seekdata.tools import _command
 from seekdata.tools._readckpt import read_checkpoint, some, too_deep
 
@@ -155,14 +155,21 @@ def resolve(obj: Any, path: str) -> tuple[Any, tuple[Key, ...]]:
 
 
 def describe(keys: Sequence[Key], state: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON-native summary ``--json`` prints for one state."""
+    """The JSON-native summary ``--json`` prints for one state. A state of an earlier format
+    is shown as this release reads it (:func:`seekdata._core.state.upgrade`), with the version
+    it was written in."""
+    version = state.get(_state.K_VERSION)
+    state = _state.upgrade(state)
     kind = state.get(_state.K_KIND)
     position, n = state.get(_state.K_POSITION), state.get(_state.K_N)
-    replay = str(state.get(_state.K_ORDER, "")).startswith("replay:")
+    unit = state.get(_state.K_UNIT, _state.UNITS[0])
     finished, percent = False, None
     if isinstance(position, int) and isinstance(n, int) and n > 0:
-        finished = position >= n
-        if finished or not replay:  # a replayed sampler's position counts batches
+        # a count of batches may pass n (a sampler drawing with replacement): its epoch ended
+        # when its iterator did, and the position was then recorded as n
+        samples = unit == _state.UNITS[0]
+        finished = position >= n if samples else state.get(_state.K_EXHAUSTED) is True
+        if finished or samples:  # a count of batches has no percent of n
             percent = round(100 * position / n, 2)
     fields = STREAM_FIELDS + (LOADER_STREAM_FIELDS if kind == "loader" else ())
     try:
@@ -174,11 +181,12 @@ def describe(keys: Sequence[Key], state: Mapping[str, Any]) -> dict[str, Any]:
         "path": path_text(keys),
         "keys": list(keys),
         "kind": kind,
-        "version": state.get(_state.K_VERSION),
+        "version": version,
         "epoch": state.get(_state.K_EPOCH),
         "position": position,
         "n": n,
-        "position_counts": "batches" if replay and not finished else "samples",
+        # an ended epoch's position is n whatever the unit
+        "position_counts": _state.UNITS[0] if finished else unit,
         "percent": percent,
         "epoch_finished": finished,
         "exhausted": state.get(_state.K_EXHAUSTED),
@@ -189,12 +197,9 @@ def describe(keys: Sequence[Key], state: Mapping[str, Any]) -> dict[str, Any]:
         "stream": {key: state.get(key) for key in fields},
         "grown": state.get(_state.K_GROWN, []),
         "problem": problem,
-        # a Mixture's signature and, once it changed, its record of the changes: verbatim
-        **{
-            key: state[key]
-            for key in (_state.K_DATASET, _state.K_PREFIX, _state.K_HISTORY)
-            if key in state
-        },
+        # the dataset's signature and the records it keeps of its stream (a Mixture's changes
+        # and its sources' signatures): verbatim
+        **{key: state[key] for key in (_state.K_DATASET, _state.K_SOURCE) if key in state},
     }
 
 
@@ -224,15 +229,32 @@ def format_state(d: dict[str, Any]) -> str:
         if isinstance(g, list) and len(g) == 3:  # declare it for an earlier checkpoint
             rows.append(("grew", f"from {g[2]} items at epoch {g[0]}, position {g[1]}  "
                          f"(seekdata.Growth({g[0]}, {g[1]}, {g[2]}))"))  # fmt: skip
+    records = d.get(_state.K_SOURCE)
+    records = records if isinstance(records, Mapping) else {}
+    signed = records.get(_state.K_SOURCES)
+    if isinstance(signed, list) and signed:
+        rows.append(("sources", _sources_text(signed)))
     if _state.K_DATASET in d:  # a Mixture's signature, or another dataset's (a token corpus)
-        mixture = str(d[_state.K_DATASET]).startswith("Mixture(")
-        rows.append(("mixture" if mixture else "dataset", d[_state.K_DATASET]))
-    history = d.get(_state.K_HISTORY)
-    if isinstance(history, list) and history:
-        rows.append(("history", _history_text(history)))
+        kind = _state.record_kind(d[_state.K_DATASET], None)
+        rows.append(("mixture" if kind == "Mixture" else "dataset", d[_state.K_DATASET]))
+    if records.get(_state.R_KIND) == "Mixture":
+        history = records.get(_records.K_HISTORY)
+        if isinstance(history, list) and history:
+            rows.append(("history", _history_text(history)))
     if d["problem"]:
         rows.append(("problem", d["problem"]))
     return "\n".join([d["path"], *(f"  {name + ':':<13}{value}" for name, value in rows)])
+
+
+def _sources_text(signed: list[Any]) -> str:
+    """A dataset's sources with streams of their own (``[id, length, signature]``), one a line:
+    what a resume checks each of them against."""
+    lines = [
+        f"id {e[0]}: first {e[1]:,} items, {e[2]}" if isinstance(e, list) and len(e) == 3
+        and isinstance(e[1], int) else repr(e)
+        for e in signed
+    ]  # fmt: skip
+    return f"\n{'':15}".join(lines)
 
 
 def _history_text(history: list[Any]) -> str:
@@ -241,6 +263,7 @@ def _history_text(history: list[Any]) -> str:
     ats = [f"P={r['at']:,}" if isinstance(r.get("at"), int) else "P=?" for r in records]
     wheres = [f"(epoch {r.get('epoch')}, {r.get('position')})" for r in records]
     wide = (max(map(len, ats)), max(map(len, wheres)))
+    describe_change = _records.describe_change
     lines = [
         f"{at:<{wide[0]}}  {where:<{wide[1]}}  {describe_change(r)}  {str(r.get('digest'))[:8]}"
         for at, where, r in zip(ats, wheres, records, strict=True)

@@ -130,7 +130,7 @@ def test_every_checkpoint_earlier_or_later_resumes_into_the_changed_stream() -> 
     one stream, bit for bit. The change's state records it; before it, nothing new."""
     full = _run(loader(after(14)), range(3))
     head, state = _upto(before(), 7)
-    assert [r["at"] for r in state["history"]] == [8]  # the old mixture's own change
+    assert [r["at"] for r in state["source"]["history"]] == [8]  # the old mixture's own change
     mix = after(state)
     assert mix.schedule[-1][0] == 14 and mix.stream_signature == after(14).stream_signature
     resumed = loader(mix)
@@ -138,7 +138,8 @@ def test_every_checkpoint_earlier_or_later_resumes_into_the_changed_stream() -> 
     assert _same(head + _run(resumed, range(1, 3)), full)
     for step in range(15):  # earlier checkpoints (the old mixture's), and later ones
         _, saved = _upto(before() if step <= 7 else after(14), step)
-        assert [r["at"] for r in saved.get("history", [])] == [8, 14][: (step >= 4) + (step > 7)]
+        records = saved.get("source", {})
+        assert [r["at"] for r in records.get("history", [])] == [8, 14][: (step >= 4) + (step > 7)]
         again = loader(after(14))
         again.load_state_dict(saved)
         assert _same(_run(again, range(step // 5, 3)), full[step:]), step
@@ -161,13 +162,15 @@ def test_the_state_records_the_change_only_when_there_is_one() -> None:
     dl = loader(plain)
     next(iter(dl))
     state = dl.state_dict()
-    assert set(state) & {"prefix", "history"} == set()  # as before changes existed
+    assert set(state) & {"prefix", "history", "source"} == set()  # as before changes existed
     assert plain.prefix_signature(2) == plain.stream_signature == state["dataset"]
     mix = plain.changed(state, {"code": 1, "books": 1}, add={"books": range(3)})
     dl = loader(mix)
     dl.load_state_dict(state)
-    assert dl.state_dict()["prefix"] == state["dataset"]  # the stream before: the plain one
-    history = dl.state_dict()["history"]  # the change at the cursor took effect
+    records = dl.state_dict()["source"]  # the mixture's own records, under the key it owns
+    assert records["kind"] == "Mixture"
+    assert records["prefix"] == state["dataset"]  # the stream before: the plain one
+    history = records["history"]  # the change at the cursor took effect
     assert history == [
         {"at": 2, "epoch": 0, "position": 2, "added": ["books"], "removed": ["web"],
          "weights": ["0", "1/2", "1/2"], "digest": history[0]["digest"]},
@@ -383,7 +386,7 @@ def test_state_after_ten_changes_stays_small() -> None:
         dl = loader(mix)
         dl.load_state_dict(state)
         saved = dl.state_dict()
-        assert len(saved["history"]) == 10
+        assert len(saved["source"]["history"]) == 10
         assert len(json.dumps(saved)) <= 4096, (k, len(json.dumps(saved)))
 
 

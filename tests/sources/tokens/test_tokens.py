@@ -332,7 +332,9 @@ def test_token_files_in_another_order_inside_a_mixture_are_refused(tmp_path: pat
     sampler = seekdata.DistributedSampler(saved, 1, 0, shuffle=False, seed=1)
     sampler_state = json.loads(json.dumps(sampler.state_dict()))
     for state in (json.loads(json.dumps(first.state_dict())), sampler_state):
-        assert state["sources"] == [[1, len(saved.datasets[1]), saved.datasets[1].stream_signature]]
+        assert state["source"]["sources"] == [
+            [1, len(saved.datasets[1]), saved.datasets[1].stream_signature]
+        ]
         again = seekdata.StatefulDataLoader(mixture(names), batch_size=2, seed=1, collate_fn=list)
         again.load_state_dict(state)  # the same files in the same order: accepted
         for other in (mixture(shuffled), mixture(names, pad=7)):

@@ -96,7 +96,7 @@ class IterableEngine:
             seed, _dist.rank_or_zero(), config.worker_init_fn, self.keys.reseed
         )
         # the stream's end is torchdata's to find: only the epoch and its end flags live here
-        self.cursor = Cursor(0)
+        self.cursor = Cursor(0, unit=_state.UNITS[1])  # its position: torchdata's batches
         self._generation = 0  # bumped by iter() and load_state_dict: older iterators are stale
         self.step_rng = config.step_rng  # key the caller's global RNG by each batch's number
         self.batch = 0  # batches of the current epoch handed out (the step RNG's counter)
@@ -272,6 +272,7 @@ class IterableEngine:
             _state.K_KIND: "iterable",
             _state.K_EPOCH: now.epoch,
             _state.K_POSITION: int(_num_yielded(engine)),
+            _state.K_UNIT: self.cursor.unit,
             _state.K_EXHAUSTED: now.exhausted,
             **self.fields(),
             _state.K_WORLD_SIZE: _dist.world_size_or_one(),
@@ -282,6 +283,7 @@ class IterableEngine:
         """Validate the whole state (seekdata's fields, then torchdata's nested state against
         this loader's ``num_workers`` and world size), then restore it."""
         where = "StatefulDataLoader.load_state_dict"
+        state = _state.upgrade(state)  # a state of an earlier format, as this release writes it
         if grow:
             raise ValueError(
                 f"{where}: grow=True re-cuts a seekable sampler's epoch; an IterableDataset's "
@@ -291,6 +293,7 @@ class IterableEngine:
         seed = seed_to_adopt(state, self.seed, explicit=self.keys.explicit, owns_sampler=False)
         expected = {_state.K_KIND: "iterable", **self.fields(seed)}
         _state.check_state(state, expected, where=where, strict=strict)
+        _state.check_unit(state, self.cursor.unit, where)  # an edited state: even strict=False
         _reshape.check_iterable(state, self.num_workers, _dist.world_size_or_one(), where)
         # everything is valid: only now change the loader
         if seed != self.seed:

@@ -301,6 +301,7 @@ class MapEngine:
 
     def load_state_dict(self, state: Any, strict: bool, grow: bool = False) -> None:
         where = "StatefulDataLoader.load_state_dict"
+        state = _state.upgrade(state)  # a state of an earlier format, as this release writes it
         config = self.config
         seed = seed_to_adopt(
             state, self.seed, explicit=self.keys.explicit, owns_sampler=config.owns_sampler
@@ -317,6 +318,7 @@ class MapEngine:
         rest = _reshape.check_data(
             state, expected, self.keyed.dataset, then.get(_state.K_N), where, strict
         )
+        _state.check_unit(state, self.cursor.unit, where)  # even with strict=False
         if _state.K_BATCH_SIZE in rest:
             rest[_state.K_BATCH_SIZE] = self.elastic_batch(state, where, strict)
         self.check(state, rest, where, strict)

@@ -57,7 +57,8 @@ class ReplayEngine(MapEngine):
         self.single = batch_sampler is None and batch_size is None
         self.inner = sampler if sampler is not None else batch_sampler
         self.n = n
-        self.cursor = Cursor(_ENDED)  # only finish() reaches it (a count never does)
+        # only finish() reaches the end (a count never does); the position counts batches
+        self.cursor = Cursor(_ENDED, unit=_state.UNITS[1])
         self._warned = False  # the replay warning, once per loader (not per process: testable)
 
     def _total(self) -> int | None:

@@ -26,6 +26,7 @@ from seekdata._core import state as _state
 from seekdata._core.checks import ArgumentError, check_counter, is_int, is_state_int
 from seekdata._core.growth import check_append, refuse_unstable, signature_then
 from seekdata._core.state import StateMismatchError
+from seekdata.sources.mixtures import records as _records
 from seekdata.sources.mixtures.schedule import integer_weights, parse_weights, source_index
 
 #: ``seekdata.Mixture``, which imports this module (typed loosely to keep imports one-way)
@@ -86,6 +87,7 @@ def stream_position(mix: Mixture, at: Any) -> int:
     loader/sampler state's ``epoch * len + position`` rounded up to the window."""
     window = max(mix.window, 1)
     if isinstance(at, Mapping):
+        at = _state.upgrade(at)  # a state of the first format: its records at the top level
         fields = {}
         for key in (_state.K_EPOCH, _state.K_POSITION):
             value = at.get(key)
@@ -104,7 +106,7 @@ def stream_position(mix: Mixture, at: Any) -> int:
                 f"was saved with"
             )
         stream = fields[_state.K_EPOCH] * mix.length + fields[_state.K_POSITION]
-        saved = at.get(_state.K_PREFIX, at.get(_state.K_DATASET))
+        saved = _records.saved_prefix(at)
         if at.get(_state.K_DATASET) not in (None, mix.stream_signature) and saved not in (
             None, prefix_signature(mix, stream)
         ):  # fmt: skip
@@ -340,6 +342,6 @@ def records(mix: Mixture, epoch: int, position: int, always: bool) -> dict[str, 
     stream = epoch * mix.length + position
     done = history(mix, stream)
     return {
-        _state.K_PREFIX: prefix_signature(mix, stream),
-        **({_state.K_HISTORY: done} if done else {}),
+        _records.K_PREFIX: prefix_signature(mix, stream),
+        **({_records.K_HISTORY: done} if done else {}),
     }

@@ -311,9 +311,10 @@ class Mixture(torch.utils.data.Dataset):
         return (repr(self.names[k]) if self.names is not None else str(k)), self.datasets[k]
 
     def stream_records(self, epoch: int, position: int, always: bool = False) -> dict[str, Any]:
-        """Read by the loader (:class:`seekdata.sources.SeekableSource`): the state keys this
-        mixture owns at its cursor, its changes (``prefix``, ``history``: with changes, or
-        ``always``; :mod:`seekdata.sources.mixtures.records`)."""
+        """Read by the loader (:class:`seekdata.sources.SeekableSource`): the records this
+        mixture keeps at its cursor, its changes (``prefix``, ``history``: with changes, or
+        ``always``; :mod:`seekdata.sources.mixtures.records`), which the state holds under
+        ``state["source"]``."""
         return _changes.records(self, epoch, position, always)
 
     def check_records(self, state: Mapping[str, Any], where: str, strict: bool) -> None:

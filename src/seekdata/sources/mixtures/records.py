@@ -1,18 +1,21 @@
 """What a mixture's state records of it, and its own check of them at a resume.
 
 A loader's or sampler's state over a :class:`seekdata.Mixture` records, beside the mixture's
-``stream_signature``, the keys the mixture owns (its ``stream_records``, the source protocol):
+``stream_signature``, the records the mixture owns (its ``stream_records``, the source
+protocol), under the one key a dataset's records sit in (``state["source"]``,
+:data:`seekdata.state.K_SOURCE`, whose ``kind`` is ``"Mixture"``):
 
-- ``prefix`` (:data:`seekdata.state.K_PREFIX`): the signature of the stream consumed so far,
-  written once the mixture has changes (a schedule, ``Mixture.changed``);
-- ``history`` (:data:`seekdata.state.K_HISTORY`): one record per change that took effect.
+- ``prefix`` (:data:`K_PREFIX`): the signature of the stream consumed so far, written once the
+  mixture has changes (a schedule, ``Mixture.changed``);
+- ``history`` (:data:`K_HISTORY`): one record per change that took effect.
 
-(Its sources' own signatures, ``sources``, are the source protocol's: any dataset made of
-sources records and checks them, :mod:`seekdata._core.identity`.) At ``load_state_dict`` the
-core asks the mixture to check its records (its ``check_records``):
-:func:`check_records` accepts a state that agrees on the stream consumed even if the mixture
-changed after it, and refuses the others naming the first change that differs
-(:func:`describe_change`, also what ``seekdata inspect`` prints).
+(Its sources' own signatures, ``sources``, sit beside them; they are the source protocol's:
+any dataset made of sources records and checks them, :mod:`seekdata._core.identity`.) A state
+of the first format held these keys at its top level: it is read as converted
+(:func:`seekdata._core.state.upgrade`). At ``load_state_dict`` the core asks the mixture to
+check its records (its ``check_records``): :func:`check_records` accepts a state that agrees on
+the stream consumed even if the mixture changed after it, and refuses the others naming the
+first change that differs (:func:`describe_change`, also what ``seekdata inspect`` prints).
 """
 
 from __future__ import annotations
@@ -22,17 +25,30 @@ from typing import Any
 
 from seekdata._core.checks import is_state_int
 from seekdata._core.growth import signature_then
+from seekdata._core.identity import records_of
 from seekdata._core.state import (
     K_DATASET,
     K_EPOCH,
-    K_HISTORY,
     K_POSITION,
-    K_PREFIX,
+    K_SOURCE,
+    StateMismatchError,
     check_dataset,
     describe_same,
+    upgrade,
 )
 
-__all__ = ["SAME", "check_records", "describe_change"]
+__all__ = ["K_HISTORY", "K_PREFIX", "SAME", "check_records", "describe_change", "saved_prefix"]
+
+#: In a mixture's records, written once it has changes (a schedule, or ``Mixture.changed``):
+#: the signature of the stream consumed so far (``Mixture.prefix_signature``). A mixture that
+#: agrees on that prefix (one changed after the cursor) accepts the state. Absent otherwise.
+K_PREFIX = "prefix"
+#: In a mixture's records, written with :data:`K_PREFIX` once a change took effect: one record
+#: per change (``at``, ``epoch``, ``position``, ``digest``, and ``added``/``removed``/``grown``/
+#: ``weights`` where they apply), for error messages and ``seekdata inspect``. Absent otherwise.
+K_HISTORY = "history"
+#: The type of each of the mixture's records.
+_TYPES = {K_PREFIX: str, K_HISTORY: list}
 
 #: What "the same dataset" means for a mixture, in the fix of a refusal: also for a state saved
 #: over a mixture and loaded over another dataset (its signature reads ``Mixture(...)``).
@@ -43,9 +59,30 @@ describe_same("Mixture", SAME)
 def check_records(mix: Any, state: Mapping[str, Any], where: str, strict: bool) -> None:
     """``state``'s records of a mixture against ``mix`` (a :class:`seekdata.Mixture`): the
     same stream, or the same stream consumed."""
+    state = upgrade(state)  # a state of the first format: its records at the top level
+    _check_form(state, where)
     here = mix.stream_records(state[K_EPOCH], state[K_POSITION], True)
     _check_consumed(state, signature_then(mix, None), here[K_PREFIX], here.get(K_HISTORY, []),
                   type(mix), where, strict)  # fmt: skip
+
+
+def _check_form(state: Mapping[str, Any], where: str) -> None:
+    """The mixture's records are each of their type (the core checked only that the records
+    are a dict), so a fix never suggests an invalid value."""
+    records = records_of(state)
+    for key, want in _TYPES.items():
+        value = records.get(key)
+        if value is not None and not isinstance(value, want):
+            raise StateMismatchError(
+                f"{where}: state[{K_SOURCE!r}][{key!r}] must be {want.__name__}; got "
+                f"{type(value).__name__} {value!r}; pass an unmodified state_dict()"
+            )
+
+
+def saved_prefix(state: Mapping[str, Any]) -> Any:
+    """The signature of the stream a (current-format) state consumed: its mixture's
+    :data:`K_PREFIX`, else its whole stream's signature (a mixture without changes)."""
+    return records_of(state).get(K_PREFIX, state.get(K_DATASET))
 
 
 def _check_consumed(
@@ -61,10 +98,9 @@ def _check_consumed(
     (``here``, the mixture's ``stream_signature``) or when this mixture agrees on the stream
     consumed (``prefix``, its prefix signature at the state's position; ``history``, its
     change records up to there). Else refused naming the first change that differs."""
-    old = state.get(K_PREFIX, state.get(K_DATASET))
-    if state.get(K_DATASET) == here or old == prefix:
+    if state.get(K_DATASET) == here or saved_prefix(state) == prefix:
         return
-    saved = state.get(K_HISTORY, [])
+    saved = records_of(state).get(K_HISTORY, [])
     detail = ""
     if isinstance(saved, list):
         for i in range(max(len(saved), len(history))):
