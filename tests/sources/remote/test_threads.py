@@ -1,0 +1,182 @@
+"""Remote files under thread workers: one process, one client, one memory, one read-ahead.
+
+Thread workers (``worker_method="thread"``) are threads of one process, so they share what a
+process holds: the dataset's clients (:class:`~seekdata.sources.remote.Stores`), the memory of
+fetched bytes, and the requests in flight. A range another worker is fetching is waited for,
+never fetched again, so an epoch of remote tar shards in a shard-local order costs the server
+each chunk once — where two worker processes, with no ``Cache``, each download every shard.
+The batches are the same, bit for bit, as ``num_workers=0`` and as process workers.
+"""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+import threading
+from typing import Any
+
+import pytest
+
+import seekdata
+from seekdata import _servers
+from seekdata.order import Shards
+from seekdata.sources.remote import RemoteFile, Stores
+from seekdata.sources.remote import file as _file
+from seekdata.testing import first_difference
+from tests.helpers import remote_corpus as corpus
+
+BUCKET = "thread-tests"
+CHUNK = 4096  # several chunks per small shard
+DATA = bytes(range(256)) * 1024  # 256 KiB, each byte's value its offset mod 256
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    folder = tmp_path_factory.mktemp("thread-tar")
+    corpus.write("tar", folder / "tar", sample_bytes=1500)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_server: Any, folder: pathlib.Path) -> str:
+    client = _servers.s3_client(s3_server)
+    client.create_bucket(Bucket=BUCKET)
+    client.put_object(Bucket=BUCKET, Key="data.bin", Body=DATA)
+    _servers.upload(s3_server, BUCKET, folder)  # s3://thread-tests/tar/...
+    return f"s3://{BUCKET}"
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty memory, no previous batch, nothing in flight, 4 KiB chunks."""
+    monkeypatch.setattr(_file, "CHUNK", CHUNK)
+    _file.reset()
+
+
+def tar_gets(proxy: Any) -> list[tuple[str, str, int]]:
+    """(path, range, bytes) of each GET of a shard the server answered."""
+    return [
+        (e["path"], e["range"], e["bytes"])
+        for e in proxy.stats()["log"]
+        if e["method"] == "GET" and e["path"].endswith(".tar")
+    ]
+
+
+def loader(ds: Any, num_workers: int, method: str = "multiprocessing") -> Any:
+    sampler = seekdata.DistributedSampler(ds, 1, 0, order=Shards(window=2), seed=corpus.SEED)
+    return seekdata.StatefulDataLoader(
+        ds, batch_size=16, sampler=sampler, num_workers=num_workers, collate_fn=corpus.collate_tar,
+        seed=corpus.SEED, worker_method=method,
+    )  # fmt: skip
+
+
+def test_an_epoch_under_two_thread_workers_fetches_each_sample_once_and_equals_the_others(
+    bucket: str, folder: pathlib.Path, proxy: Any, fresh: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch reads its samples' own ranges (no gap read between them, no shard streamed):
+    under two thread workers, which read the same shards at once, the server sends each
+    sample's bytes once, as with no workers, and the batches are the same bit for bit as
+    with no workers and with two worker processes. (What processes fetch twice — the
+    chunks of a shard both stream — is the next test's.)"""
+    monkeypatch.setattr(_file, "GAP", 0)
+    monkeypatch.setattr(_file, "STREAM_MIN", 1 << 30)
+    urls = corpus.pattern("tar", f"{bucket}/tar")
+    ds = corpus.dataset("tar", urls, storage_options=_servers.s3_options(proxy))
+    runs: dict[str, list[Any]] = {}
+    sent: dict[str, collections.Counter[tuple[str, int]]] = {}
+    for name, workers, method in (
+        ("threads", 2, "thread"),
+        ("workers 0", 0, "multiprocessing"),
+        ("processes", 2, "multiprocessing"),
+    ):
+        _file.reset()
+        proxy.reset()
+        runs[name] = corpus.stream(loader(ds, workers, method), epochs=1)
+        sent[name] = byte_counts(proxy)
+    for name in ("workers 0", "processes"):
+        assert len(runs[name]) == len(runs["threads"])
+        for step, (x, y) in enumerate(zip(runs["threads"], runs[name], strict=True)):
+            assert first_difference(x, y) is None, f"{name}, step {step}: {first_difference(x, y)}"
+    assert sent["threads"] == sent["workers 0"] == sent["processes"]  # the same bytes...
+    assert set(sent["threads"].values()) == {1}  # ... each once
+
+
+def byte_counts(proxy: Any) -> collections.Counter[tuple[str, int]]:
+    """How many times the server sent each byte of each shard (GETs of ``.tar`` objects)."""
+    counts: collections.Counter[tuple[str, int]] = collections.Counter()
+    for path, span, _ in tar_gets(proxy):
+        a, b = (int(x) for x in span.removeprefix("bytes=").split("-"))
+        counts.update((path, i) for i in range(a, b + 1))
+    return counts
+
+
+def two_threads(*work: Any) -> None:
+    """Run each of ``work`` in a thread of its own, all at once; raise the first error."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(work))
+
+    def run(fn: Any) -> None:
+        start.wait()
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(fn,)) for fn in work]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    if errors:
+        raise errors[0]
+
+
+def test_two_threads_streaming_one_object_fetch_each_chunk_once(
+    bucket: str, proxy: Any, fresh: None
+) -> None:
+    """Two workers streaming the same object in a shard-local order (each its own previous
+    batch, as two worker processes): the chunks either asks for, and the read-ahead of the
+    rest, are each requested once, whichever thread asks first."""
+    f = RemoteFile(Stores(_servers.s3_options(proxy)), f"{bucket}/data.bin")
+    chunks = len(DATA) // CHUNK
+
+    def worker(offset: int) -> None:
+        for step in range(0, chunks, 2):  # batches of 4 ranges, each in two chunks
+            at = [(step + i // 2) * CHUNK + offset + 300 * i for i in range(4)]
+            got = _file.read_batch([(f, a, a + 100) for a in at], shards=True)
+            assert got == [DATA[a : a + 100] for a in at]
+
+    two_threads(lambda: worker(0), lambda: worker(1500))
+    _file.settle()
+    asked = collections.Counter(e["range"] for e in proxy.stats()["log"] if e["method"] == "GET")
+    chunk = {f"bytes={c * CHUNK}-{(c + 1) * CHUNK - 1}" for c in range(chunks)}
+    assert {r: n for r, n in asked.items() if r in chunk} == dict.fromkeys(chunk, 1)
+    # besides: only each thread's first batch (no previous batch: its own ranges)
+    assert sum(n for r, n in asked.items() if r not in chunk) <= 2, asked
+
+
+def byte_counts_of(proxy: Any, suffix: str) -> collections.Counter[int]:
+    counts: collections.Counter[int] = collections.Counter()
+    for e in proxy.stats()["log"]:
+        if e["method"] == "GET" and e["path"].endswith(suffix):
+            a, b = (int(x) for x in e["range"].removeprefix("bytes=").split("-"))
+            counts.update(range(a, b + 1))
+    return counts
+
+
+def test_threads_reading_forward_share_one_read_ahead(bucket: str, proxy: Any, fresh: None) -> None:
+    """Reads of one sample at a time (no batch prefetch: ``ds[i]``) by several threads at
+    once: a range another thread is fetching is waited for, not requested again."""
+    f = RemoteFile(Stores(_servers.s3_options(proxy)), f"{bucket}/data.bin")
+    step = 2000
+
+    def reader() -> None:
+        for a in range(0, len(DATA), step):
+            assert f.read(a, a + step) == DATA[a : a + step]
+
+    two_threads(reader, reader, reader)
+    counts = byte_counts_of(proxy, "/data.bin")
+    assert len(counts) == len(DATA) and set(counts.values()) == {1}, collections.Counter(
+        counts.values()
+    )
