@@ -11,7 +11,10 @@ The batches are the same, bit for bit, as ``num_workers=0`` and as process worke
 from __future__ import annotations
 
 import collections
+import json
 import pathlib
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -20,7 +23,7 @@ import pytest
 import seekdata
 from seekdata import _servers
 from seekdata.order import Shards
-from seekdata.sources.remote import RemoteFile, Stores
+from seekdata.sources.remote import RemoteFile, Stores, obstores
 from seekdata.sources.remote import file as _file
 from seekdata.testing import first_difference
 from tests.helpers import remote_corpus as corpus
@@ -180,3 +183,50 @@ def test_threads_reading_forward_share_one_read_ahead(bucket: str, proxy: Any, f
     assert len(counts) == len(DATA) and set(counts.values()) == {1}, collections.Counter(
         counts.values()
     )
+
+
+FORKS = """
+import json, os, sys
+import seekdata
+from seekdata.sources.remote import locate, obstores, stores
+from seekdata.wds import TarShards
+
+spec = json.loads(sys.argv[1])
+ds = TarShards(spec["urls"], storage_options=spec["options"])  # its index: read with obstore
+first = ds[0]["bin"]  # a sample, with obstore
+assert obstores.used, "the main process did not read with obstore"
+sampler = seekdata.DistributedSampler(ds, 1, 0, order="shards", seed=0)
+loader = seekdata.StatefulDataLoader(ds, batch_size=8, sampler=sampler, num_workers=2,
+                                     collate_fn=lambda s: [x["__key__"] for x in s], seed=0)
+keys = [k for batch in loader for k in batch]  # forked worker processes read, with fsspec
+assert sorted(keys) == sorted(ds[i]["__key__"] for i in range(len(ds)))
+pid = os.fork()  # a forked child asked for obstore by name: an error, not a hang
+if pid == 0:
+    status = 4
+    try:
+        url = spec["urls"].replace("{00..05}", "00")
+        stores.Stores({**spec["options"], "backend": "obstore"}).backend(locate(url))
+    except RuntimeError as err:
+        status = 0 if "forked from one that used it" in str(err) else 3
+    finally:
+        os._exit(status)
+assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+print("done", len(keys))
+"""
+
+
+@pytest.mark.skipif(not obstores.installed(), reason="obstore is not installed")
+def test_worker_processes_forked_after_obstore_was_used_read_with_fsspec_and_end(
+    bucket: str, proxy: Any
+) -> None:
+    """obstore hangs in a process forked after it was used: the main process reads with it
+    (the index, a sample), then forks two DataLoader workers, which read the epoch through
+    fsspec and end — a real process, bounded in wall time."""
+    urls = corpus.pattern("tar", f"{bucket}/tar")
+    spec = {"urls": urls, "options": _servers.s3_options(proxy)}
+    done = subprocess.run(
+        [sys.executable, "-c", FORKS, json.dumps(spec)],
+        capture_output=True, text=True, timeout=180, cwd=pathlib.Path(__file__).parents[3],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[0] == "done"
