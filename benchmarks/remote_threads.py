@@ -9,9 +9,12 @@ indexes are built once, untimed. Then each case reads one whole epoch in shard-l
 
 - ``workers 0``: the loader's own thread;
 - ``threads``: ``num_workers=--workers``, ``worker_method="thread"``;
-- ``processes``: ``num_workers=--workers`` worker processes;
+- ``processes``: ``num_workers=--workers`` worker processes (forked: they read through
+  fsspec, whatever the main process used);
 - ``+ Cache``: the same with a ``Cache`` in a new folder under ``--cache-root`` (tmpfs by
-  default) for each run, so every run starts cold.
+  default) for each run, so every run starts cold;
+- ``fsspec`` / ``obstore``: the client library (``storage_options={"backend": ...}``) where
+  both can run (no fork).
 
 Per run: the bytes the server sent (the proxy's count of response bodies, every GET and HEAD),
 the wall time of the epoch (``iter()`` to the last batch) and the client's CPU seconds over it —
@@ -42,13 +45,16 @@ import _common as C  # benchmarks/ is on sys.path when a script here runs
 BUCKET = "threads-bench"
 MB = 1_000_000
 
-#: (name, num_workers, worker_method, with a Cache)
+#: (name, num_workers, worker_method, with a Cache, storage_options["backend"]); None: the
+#: default (``"auto"``: obstore in the main process where it can run, fsspec in forked workers)
 CASES = (
-    ("workers 0", 0, "multiprocessing", False),
-    ("threads", None, "thread", False),
-    ("processes", None, "multiprocessing", False),
-    ("threads + Cache", None, "thread", True),
-    ("processes + Cache", None, "multiprocessing", True),
+    ("workers 0, fsspec", 0, "multiprocessing", False, "fsspec"),
+    ("workers 0, obstore", 0, "multiprocessing", False, "obstore"),
+    ("threads, fsspec", None, "thread", False, "fsspec"),
+    ("threads, obstore", None, "thread", False, "obstore"),
+    ("processes (fsspec)", None, "multiprocessing", False, None),
+    ("threads + Cache, obstore", None, "thread", True, "obstore"),
+    ("processes + Cache (fsspec)", None, "multiprocessing", True, None),
 )
 
 
@@ -113,8 +119,8 @@ def main() -> None:
     parser.add_argument("--s3-server", choices=("moto", "seaweedfs"), default="moto")
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
     parser.add_argument("--cache-root", default=shm, help="where each run's Cache folder goes")
-    parser.add_argument("--cases", default=",".join(c[0] for c in CASES),
-                        help="comma-separated case names")  # fmt: skip
+    parser.add_argument("--cases", default=None,
+                        help="the cases to run, names separated by ';' (default: all)")  # fmt: skip
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -124,7 +130,8 @@ def main() -> None:
         args.shards, args.shard_mb = 4, 4
     from seekdata import _servers
 
-    wanted = [c for c in CASES if c[0] in args.cases.split(",")]
+    names = [c[0] for c in CASES] if args.cases is None else args.cases.split(";")
+    wanted = [c for c in CASES if c[0] in names]
     with tempfile.TemporaryDirectory() as folder:
         data = pathlib.Path(folder)
         total = write_shards(data, args)
@@ -140,8 +147,11 @@ def main() -> None:
             cpu: dict[str, list[float]] = {c[0]: [] for c in wanted}
             batches: dict[str, int] = {}
 
-            def case(name: str, workers: int | None, method: str, cached: bool) -> float:
-                job = {"urls": urls, "storage": storage, "batch": args.batch,
+            def case(
+                name: str, workers: int | None, method: str, cached: bool, backend: str | None
+            ) -> float:
+                chosen = storage if backend is None else {**storage, "backend": backend}
+                job = {"urls": urls, "storage": chosen, "batch": args.batch,
                        "workers": args.workers if workers is None else workers,
                        "method": method, "cache": None}  # fmt: skip
                 with tempfile.TemporaryDirectory(dir=args.cache_root) as cache:
