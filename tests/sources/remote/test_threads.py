@@ -230,3 +230,33 @@ def test_worker_processes_forked_after_obstore_was_used_read_with_fsspec_and_end
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[0] == "done"
+
+
+def test_the_backend_option_is_checked_and_the_choice_given_wins(proxy: Any) -> None:
+    from seekdata.sources.remote import check_options, locate, stores
+
+    with pytest.raises(ValueError, match=r"storage_options\['backend'\] must be one of"):
+        check_options({"backend": "boto"}, "TarShards")
+    options = _servers.s3_options(proxy)
+    url = f"s3://{BUCKET}/data.bin"
+    fsspec = stores.Stores({**options, "backend": "fsspec"}).backend(locate(url))
+    assert stores.backend_name(fsspec) == "fsspec"
+    with pytest.raises(ValueError, match="reads s3:// URLs only"):
+        stores.Stores({"backend": "obstore"}).backend(locate("https://host/x.tar"))
+    if obstores.installed():
+        chosen = stores.Stores({**options, "backend": "obstore"}).backend(locate(url))
+        assert stores.backend_name(chosen) == "obstore"
+        assert stores.backend_name(stores.Stores(options).backend(locate(url))) == "obstore"
+        profile = {"profile": "default", "endpoint_url": proxy.url}  # boto's chain: fsspec
+        assert obstores.config(profile) is None
+        with pytest.raises(ValueError, match="takes explicit credentials"):
+            stores.Stores({**profile, "backend": "obstore"}).backend(locate(url))
+
+
+def test_datasets_with_the_same_options_share_one_client(bucket: str, proxy: Any) -> None:
+    options = _servers.s3_options(proxy)
+    a = RemoteFile(Stores(options), f"{bucket}/data.bin")
+    b = RemoteFile(Stores(dict(options)), f"{bucket}/data.bin")
+    assert a.stores.backend(a.loc) is b.stores.backend(b.loc)
+    c = RemoteFile(Stores({**options, "backend": "fsspec"}), f"{bucket}/data.bin")
+    assert c.stores.backend(c.loc) is not a.stores.backend(a.loc)

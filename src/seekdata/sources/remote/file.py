@@ -26,6 +26,16 @@
 - What was fetched is kept in memory (:func:`memory`: :data:`MEMORY` bytes per process, for
   all datasets, least recently used dropped first), so read-ahead and coalesced bytes serve
   later reads; with a :class:`~seekdata.sources.remote.Cache`, fetched blocks also go to disk.
+
+Per process, shared by its threads (the loader's, thread workers', the request threads):
+the memory, the request threads, and the requests in flight with the read-ahead queue
+(:class:`_Flights`): a range that another thread is fetching — the same span, or one inside a
+larger request (a chunk, a read-ahead) — is waited for, not requested again, whether it is
+asked for by a batch (:func:`prefetch`) or by a read outside one (:meth:`RemoteFile.read`).
+So thread workers fetch each byte of a shard they stream once, as one process. Per thread:
+its previous batch (``_batches``), which decides whether a file is streamed, so that each
+worker asks for the spans it would ask for as a worker process. Everything per process is
+made again in a forked child (threads and connections do not survive a fork).
 """
 
 from __future__ import annotations

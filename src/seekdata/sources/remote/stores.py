@@ -1,12 +1,20 @@
-"""The back-end: fsspec filesystems, made per process from a dataset's ``storage_options``.
+"""The back-end: clients made per process from a dataset's ``storage_options``.
 
 fsspec (s3fs for S3, its HTTP filesystem on aiohttp for ``http(s)://`` and the Hugging Face
-Hub, gcsfs, adlfs) was chosen over obstore by measurement (``benchmarks/remote_backends.py``,
-docs/remote.md): obstore reads a small range faster and starts faster, but a process forked
-from one that used it (a DataLoader worker on Linux, where fork is the default) hangs on its
-first request, because its Rust runtime does not survive a fork. fsspec makes a new client in
-each process and works there. The ``remote`` extra installs fsspec, s3fs and aiohttp;
-``remote-gcs`` and ``remote-azure`` add gcsfs and adlfs.
+Hub, gcsfs, adlfs) reads every kind of store; ``s3://`` is read through obstore instead where
+it can run (:mod:`.obstores`: installed, credentials it can take, and no fork since this
+process used it). The choice was made by measurement (``benchmarks/remote_backends.py``,
+``benchmarks/remote_threads.py``, docs/remote.md): obstore starts a client in a tenth of
+s3fs's time and spends less CPU per byte, but a process forked from one that used it (a
+DataLoader worker on Linux, where fork is the default) hangs on its first request, because its
+Rust runtime does not survive a fork; fsspec makes a new client in each process and works
+there. ``storage_options={"backend": "fsspec" | "obstore"}`` overrides the choice
+(:data:`BACKEND`). The ``remote`` extra installs fsspec, s3fs and aiohttp; ``remote-gcs``
+and ``remote-azure`` add gcsfs and adlfs; obstore is installed on its own.
+
+A process makes one client per store root and set of options (:func:`client`), shared by all
+its datasets and threads — the loader's, thread workers', the request threads; a forked child
+makes its own and never tears down its parent's (:func:`_after_fork_in_child`).
 
 Credentials come from the back-end's usual places — the environment (``AWS_*``, a profile in
 ``~/.aws``, instance metadata, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_*``, ``HF_TOKEN``) —
