@@ -232,7 +232,9 @@ def test_worker_processes_forked_after_obstore_was_used_read_with_fsspec_and_end
     assert done.stdout.split()[0] == "done"
 
 
-def test_the_backend_option_is_checked_and_the_choice_given_wins(proxy: Any) -> None:
+def test_the_backend_option_is_checked_and_the_choice_given_wins(
+    proxy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from seekdata.sources.remote import check_options, locate, stores
 
     with pytest.raises(ValueError, match=r"storage_options\['backend'\] must be one of"):
@@ -251,6 +253,9 @@ def test_the_backend_option_is_checked_and_the_choice_given_wins(proxy: Any) -> 
         assert obstores.config(profile) is None
         with pytest.raises(ValueError, match="takes explicit credentials"):
             stores.Stores({**profile, "backend": "obstore"}).backend(locate(url))
+    assert obstores.config(options) is not None
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "of-another-job")  # obstore would send it too
+    assert obstores.config(options) is None
 
 
 def test_datasets_with_the_same_options_share_one_client(bucket: str, proxy: Any) -> None:

@@ -36,6 +36,8 @@ from seekdata.sources.remote.stores import (
 #: ``storage_options`` keys this back-end maps onto obstore's ``S3Store`` (others: fsspec)
 KEYS = ("key", "secret", "token", "endpoint_url", "client_kwargs", "config_kwargs", "anon")
 
+#: Session tokens obstore takes from the environment even where keys are given (boto does not)
+_ENV_TOKENS = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 #: Whether this process has made an obstore client (a fork after it makes the child unable to
 #: use obstore).
 used = False
@@ -81,6 +83,8 @@ def config(options: dict[str, Any]) -> dict[str, Any] | None:
     anon = bool(options.get("anon"))
     if not (anon or (options.get("key") and options.get("secret"))):
         return None  # the environment's or a profile's credentials: boto's chain, fsspec
+    if not anon and not options.get("token") and any(map(os.environ.get, _ENV_TOKENS)):
+        return None  # obstore would add the environment's session token to the keys given
     if endpoint is None and region is None:
         return None  # the bucket's region found by s3fs; obstore would assume one
     out: dict[str, Any] = {
