@@ -65,11 +65,13 @@ def tar_gets(proxy: Any) -> list[tuple[str, str, int]]:
     ]
 
 
-def loader(ds: Any, num_workers: int, method: str = "multiprocessing") -> Any:
-    sampler = seekdata.DistributedSampler(ds, 1, 0, order=Shards(window=2), seed=corpus.SEED)
+def loader(
+    ds: Any, num_workers: int, method: str = "multiprocessing", batch: int = 16, window: int = 2
+) -> Any:
+    sampler = seekdata.DistributedSampler(ds, 1, 0, order=Shards(window=window), seed=corpus.SEED)
     return seekdata.StatefulDataLoader(
-        ds, batch_size=16, sampler=sampler, num_workers=num_workers, collate_fn=corpus.collate_tar,
-        seed=corpus.SEED, worker_method=method,
+        ds, batch_size=batch, sampler=sampler, num_workers=num_workers,
+        collate_fn=corpus.collate_tar, seed=corpus.SEED, worker_method=method,
     )  # fmt: skip
 
 
@@ -102,6 +104,38 @@ def test_an_epoch_under_two_thread_workers_fetches_each_sample_once_and_equals_t
             assert first_difference(x, y) is None, f"{name}, step {step}: {first_difference(x, y)}"
     assert sent["threads"] == sent["workers 0"] == sent["processes"]  # the same bytes...
     assert set(sent["threads"].values()) == {1}  # ... each once
+
+
+def test_an_epoch_streamed_under_two_thread_workers_requests_each_chunk_once(
+    bucket: str, proxy: Any, fresh: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An epoch with shards streamed in chunks (4 KiB here; no gap read, so that the first
+    batches do not bring in whole shards; one shard at a time, batches of 4, streamed from 2
+    of its samples in a batch, so that each worker's consecutive batches stream the small
+    shards): two thread workers ask for the chunks of the shards they both read, and each is
+    requested once; two worker processes request some twice (each into its own memory)."""
+    monkeypatch.setattr(_file, "GAP", 0)
+    monkeypatch.setattr(_file, "STREAM_MIN", 2)
+    urls = corpus.pattern("tar", f"{bucket}/tar")
+    ds = corpus.dataset("tar", urls, storage_options=_servers.s3_options(proxy))
+    chunks: dict[str, collections.Counter[tuple[str, str]]] = {}
+    for name, method in (("threads", "thread"), ("processes", "multiprocessing")):
+        _file.reset()
+        proxy.reset()
+        corpus.stream(loader(ds, 2, method, batch=4, window=1), epochs=1)
+        _file.settle()
+        chunks[name] = collections.Counter(
+            (path, span) for path, span, n in tar_gets(proxy) if is_chunk(span, n)
+        )
+    assert chunks["threads"] and set(chunks["threads"].values()) == {1}, chunks["threads"]
+    assert max(chunks["processes"].values()) == 2  # (what the test would see without sharing)
+
+
+def is_chunk(span: str, nbytes: int) -> bool:
+    """Whether a GET of ``span`` (``bytes=a-b``) answered with ``nbytes`` was a chunk: from a
+    chunk's start to the next one's, or to the end of its object (fewer bytes)."""
+    start, stop = (int(x) for x in span.removeprefix("bytes=").split("-"))
+    return start % CHUNK == 0 and ((stop + 1) % CHUNK == 0 or nbytes < CHUNK)
 
 
 def byte_counts(proxy: Any) -> collections.Counter[tuple[str, int]]:
