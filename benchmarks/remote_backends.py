@@ -10,7 +10,9 @@ server), then for each back-end measures, on the same objects:
   in the JSON as ``python_start_s``);
 - ``small p50/p90``: latency of single 4 KiB range reads at random offsets, one at a time;
 - ``small x T``: 4 KiB reads from T threads at once: requests per second;
-- ``large``: MB/s of ``--large-mb`` MB range reads, one at a time, and from T threads;
+- ``large``: MB/s of ``--large-mb`` MB range reads, one at a time, and from T threads, and
+  the client's CPU seconds per GB read from T threads (this process's CPU time, every thread
+  of it: the back-end's event loop or runtime included, the servers not);
 - ``batch``: 64 scattered 4 KiB ranges of one object in one call of each library's batch API
   (fsspec ``cat_ranges``: one request per range, concurrently; obstore ``get_ranges``: ranges
   closer than 1 MiB coalesced), per call;
@@ -244,7 +246,10 @@ def measure(
         for i, off in enumerate(offsets(lper, size, large, 200 + t)):
             read(keys[(i + t) % len(keys)], off, off + large)
 
+    cpu = time.process_time()  # this process's CPU, every thread's (the servers are others)
     out["large_threads_mb_s"] = lper * args.threads * large / MB / threaded(args.threads, large_job)
+    gb = lper * args.threads * large / 1e9
+    out["large_threads_cpu_s_gb"] = (time.process_time() - cpu) / gb
     calls = []
     for r in range(args.batch_rounds):
         bstarts = sorted(offsets(64, size, small, 300 + r))
@@ -315,6 +320,7 @@ def main() -> None:
         ("small_threads_req_s", f"4K ×{args.threads} req/s", "{:.0f}"),
         ("large_mb_s", f"{args.large_mb}MB MB/s", "{:.0f}"),
         ("large_threads_mb_s", f"{args.large_mb}MB ×{args.threads} MB/s", "{:.0f}"),
+        ("large_threads_cpu_s_gb", f"{args.large_mb}MB ×{args.threads} CPU s/GB", "{:.2f}"),
         ("batch64_ms", "64×4K batch ms", "{:.1f}"),
         ("fork", "after fork", "{}"),
     ]

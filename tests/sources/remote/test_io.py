@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import threading
 from typing import Any
 
 import pytest
@@ -40,7 +41,7 @@ def fresh_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     from seekdata.sources.remote import file as _file
 
     monkeypatch.setattr(_file, "_memory", Memory())
-    monkeypatch.setattr(_file, "_last_batch", (-1, set()))
+    monkeypatch.setattr(_file, "_batches", threading.local())
 
 
 # -- URLs --------------------------------------------------------------------------------

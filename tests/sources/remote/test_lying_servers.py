@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import threading
 import warnings
 from typing import Any
 
@@ -45,7 +46,7 @@ def fresh_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     from seekdata.sources.remote import file as _file
 
     monkeypatch.setattr(_file, "_memory", Memory())
-    monkeypatch.setattr(_file, "_last_batch", (-1, set()))
+    monkeypatch.setattr(_file, "_batches", threading.local())
 
 
 def windows(liar: Any, mode: str) -> Any:

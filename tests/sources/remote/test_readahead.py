@@ -43,7 +43,7 @@ def bucket(s3_server: Any) -> str:
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     """An empty memory, no previous batch, nothing in flight, 128 KiB chunks."""
     monkeypatch.setattr(_file, "_memory", Memory())
-    monkeypatch.setattr(_file, "_last_batch", (-1, set()))
+    monkeypatch.setattr(_file, "_batches", threading.local())
     monkeypatch.setattr(_file, "_flights_of", None)
     monkeypatch.setattr(_file, "CHUNK", CHUNK)
 

@@ -48,7 +48,7 @@ def bucket(s3_server: Any, folder: pathlib.Path) -> str:
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_file, "_memory", Memory())
-    monkeypatch.setattr(_file, "_last_batch", (-1, set()))
+    monkeypatch.setattr(_file, "_batches", threading.local())
     monkeypatch.setattr(_file, "_flights_of", None)
 
 

@@ -5,8 +5,9 @@ A source that is given a remote URL (:func:`is_remote`: ``s3://``, ``gs://``, ``
 :class:`RemoteFile` made by :func:`open_file`; local paths keep their local readers.
 
 - :mod:`.urls`: the URL forms and the store and key each names;
-- :mod:`.stores`: the back-end (fsspec, the ``remote`` extra), clients per process,
-  credentials from ``storage_options=`` and the back-end's usual places;
+- :mod:`.stores`: the back-end (fsspec, the ``remote`` extra), one client per store per
+  process, credentials from ``storage_options=`` and the back-end's usual places;
+- :mod:`.obstores`: ``s3://`` through obstore where it can run (no fork after its use);
 - :mod:`.faults`: transient failures retried with backoff, permanent ones refused;
 - :mod:`.file`: verified range reads, batch coalescing, read-ahead, bytes kept in memory;
 - :mod:`.cache`: the optional disk cache, bounded by bytes.

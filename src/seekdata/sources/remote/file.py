@@ -26,6 +26,16 @@
 - What was fetched is kept in memory (:func:`memory`: :data:`MEMORY` bytes per process, for
   all datasets, least recently used dropped first), so read-ahead and coalesced bytes serve
   later reads; with a :class:`~seekdata.sources.remote.Cache`, fetched blocks also go to disk.
+
+Per process, shared by its threads (the loader's, thread workers', the request threads):
+the memory, the request threads, and the requests in flight with the read-ahead queue
+(:class:`_Flights`): a range that another thread is fetching — the same span, or one inside a
+larger request (a chunk, a read-ahead) — is waited for, not requested again, whether it is
+asked for by a batch (:func:`prefetch`) or by a read outside one (:meth:`RemoteFile.read`).
+So thread workers fetch each byte of a shard they stream once, as one process. Per thread:
+its previous batch (``_batches``), which decides whether a file is streamed, so that each
+worker asks for the spans it would ask for as a worker process. Everything per process is
+made again in a forked child (threads and connections do not survive a fork).
 """
 
 from __future__ import annotations
@@ -254,10 +264,8 @@ class RemoteFile:
             fetch_stop = min(self.size, max(stop, start + self._ahead))
         else:
             self._ahead = 0
-        data = self._fetch(start, fetch_stop)
+        data = _flights().fetch(self, start, fetch_stop, keep=fetch_stop > stop, need=stop)
         self._next = stop
-        if fetch_stop > stop:
-            self.memory.put(self.version, start, data)
         return bytes(memoryview(data)[: stop - start])
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -335,7 +343,7 @@ class _Flight:
     """One request of this process for bytes ``[start, stop)`` of ``file``, run by the batch
     that needs them or in the background: its bytes go to memory before it is done."""
 
-    __slots__ = ("ahead", "file", "future", "key", "queued", "start", "stop")
+    __slots__ = ("ahead", "file", "future", "key", "queued", "start", "stop", "waiters")
 
     def __init__(self, file: RemoteFile, start: int, stop: int, queued: bool = False) -> None:
         self.file, self.start, self.stop = file, start, stop
@@ -343,6 +351,7 @@ class _Flight:
         self.future: Future[Any] = Future()
         self.queued = queued  # waiting for a background thread
         self.ahead = queued  # a read-ahead (no batch waits for it yet)
+        self.waiters = 0  # other threads' reads waiting for it (:meth:`_Flights.fetch`)
 
 
 class _Flights:
@@ -356,6 +365,20 @@ class _Flights:
         self.by_key: dict[tuple[str, int, int], _Flight] = {}
         self.queue: deque[_Flight] = deque()
         self.threads = 0
+        #: the versions each thread's last two batches read, by thread: what is still read
+        self.recent: dict[int | None, set[str]] = {}
+
+    def covering(self, version: str, start: int, stop: int) -> _Flight | None:
+        """A flight (running or queued) whose bytes include ``[start, stop)`` of ``version``,
+        or None (lock held). So a range another thread is fetching as part of a larger one
+        (a chunk being streamed, a read-ahead) is waited for, not fetched again."""
+        flight = self.by_key.get((version, start, stop))
+        if flight is not None:
+            return flight
+        for (v, a, b), flight in self.by_key.items():
+            if v == version and a <= start and stop <= b:
+                return flight
+        return None
 
     def land(self, flight: _Flight) -> None:
         """Run ``flight``: its bytes into memory, then its future done (an error in it)."""
@@ -372,6 +395,51 @@ class _Flights:
             with self.lock:
                 if self.by_key.get(flight.key) is flight:
                     del self.by_key[flight.key]
+
+    def fetch(self, file: RemoteFile, start: int, stop: int, *, keep: bool, need: int) -> Any:
+        """Bytes ``[start, need)`` of ``file`` or more (a read of one sample, outside a batch's
+        :func:`prefetch`): when another thread has a request in flight that holds them, its
+        bytes, from memory once it lands; else bytes ``[start, stop)`` fetched as a flight of
+        this thread's (so a thread that needs them meanwhile waits for it), kept in memory
+        when ``keep`` (a read-ahead)."""
+        version = file.version
+        with self.lock:
+            flight = self.covering(version, start, need)
+            if flight is not None and flight.queued:  # a queued read-ahead: taken over
+                self.queue.remove(flight)
+                flight.queued = flight.ahead = False
+                mine = flight
+            elif flight is not None:
+                mine = None
+                flight.waiters += 1  # its bytes must stay in memory for this read
+            else:
+                mine = self.by_key[(version, start, stop)] = _Flight(file, start, stop)
+        if mine is None:
+            wait([flight.future])  # type: ignore[union-attr]
+            kept = file.memory.find(version, start, need)
+            if kept is not None:
+                return kept
+            return file._fetch(start, stop)  # it failed, or memory dropped it: our own
+        if mine.stop != stop or mine.start != start:  # a queued chunk, taken over
+            self.land(mine)
+            mine.future.result()
+            kept = file.memory.find(version, start, need)
+            return kept if kept is not None else file._fetch(start, stop)
+        try:
+            data = file._fetch(start, stop)
+        except BaseException as exc:
+            with self.lock:
+                if self.by_key.get(mine.key) is mine:
+                    del self.by_key[mine.key]
+            mine.future.set_exception(exc)
+            raise
+        with self.lock:  # (a waiter counted after this would find it no longer in flight)
+            if keep or mine.waiters:
+                file.memory.put(version, start, data)
+            if self.by_key.get(mine.key) is mine:
+                del self.by_key[mine.key]
+        mine.future.set_result(None)
+        return data
 
     def read_ahead(self) -> None:
         """A background thread: run queued flights until none is left."""
@@ -410,7 +478,29 @@ def settle() -> None:
         wait(pending)  # done, whichever way (a dropped read-ahead is cancelled)
 
 
-_last_batch: tuple[int, set[str]] = (-1, set())  # (pid, the versions the last batch read)
+#: Each thread's last batch: ``.seen = (pid, the versions it read)``. A thread's own, so that
+#: under thread workers each worker's "previous batch" is its own previous batch, as in a
+#: worker process (not whichever thread's batch ended last): the spans a batch asks for are
+#: then the same under threads as under processes, and the threads' identical spans meet in
+#: one flight.
+_batches = threading.local()
+
+
+def _previous(pid: int) -> set[str]:
+    """The versions this thread's previous batch read (none in a new process or thread)."""
+    seen = getattr(_batches, "seen", None)
+    return seen[1] if seen is not None and seen[0] == pid else set()
+
+
+def reset() -> None:
+    """Forget what this process fetched and read: an empty :class:`Memory`, no flights, no
+    previous batch in any thread (for tests and benchmarks that count a cold start)."""
+    global _memory, _flights_of, _batches
+    settle()
+    _memory = Memory(_memory.limit)
+    with _flights_lock:
+        _flights_of = None
+    _batches = threading.local()
 
 
 def prefetch(requests: Sequence[tuple[RemoteFile, int, int]], *, shards: bool = False) -> None:
@@ -420,13 +510,12 @@ def prefetch(requests: Sequence[tuple[RemoteFile, int, int]], *, shards: bool = 
 
     ``shards=True``: each object is one shard of a shard-local order, read whole while its
     window lasts; the rest of an object being streamed is read ahead in the background."""
-    global _last_batch
     pid = os.getpid()
-    previous = _last_batch[1] if _last_batch[0] == pid else set()
+    previous = _previous(pid)
     by_file: dict[str, tuple[RemoteFile, list[tuple[int, int]]]] = {}
     for file, start, stop in requests:
         by_file.setdefault(file.version, (file, []))[1].append((start, min(stop, file.size)))
-    _last_batch = (pid, set(by_file))
+    _batches.seen = (pid, set(by_file))
     streamed = {v for v, (_, r) in by_file.items() if len(r) >= STREAM_MIN and v in previous}
     ahead: dict[str, RemoteFile] = {}
     if shards and streamed:
@@ -434,34 +523,47 @@ def prefetch(requests: Sequence[tuple[RemoteFile, int, int]], *, shards: bool = 
             streamed = set()  # chunks would be dropped before their samples are read
         else:
             ahead = {v: by_file[v][0] for v in streamed}
-    spans: list[tuple[RemoteFile, int, int]] = []
-    for version, (file, ranges) in by_file.items():
-        if version in streamed:
-            chunks = {k for a, b in ranges for k in range(a // CHUNK, (b - 1) // CHUNK + 1)}
-            spans += [(file, *_chunk(file, c)) for c in sorted(chunks)]
-        else:
-            kept = file.memory.has
-            wanted = [(a, b) for a, b in ranges if a < b and not kept(version, a, b)]
-            spans += [(file, a, b) for a, b in coalesce(wanted)]
     flights = _flights()
     mine: list[_Flight] = []  # run by this batch
-    theirs: list[_Flight] = []  # already running: waited for
-    with flights.lock:
-        for file, a, b in spans:
-            flight = flights.by_key.get((file.version, a, b))
-            if flight is not None and not flight.queued:
-                theirs.append(flight)
+    theirs: list[tuple[_Flight, int, int]] = []  # already running: waited for (and our span)
+
+    def take(flight: _Flight) -> None:  # a queued read-ahead: this batch runs it now
+        flights.queue.remove(flight)
+        flight.queued = flight.ahead = False
+        mine.append(flight)
+
+    with flights.lock:  # (what is in flight is decided under it: no range asked for twice)
+        spans: list[tuple[RemoteFile, int, int]] = []
+        for version, (file, ranges) in by_file.items():
+            if version in streamed:
+                chunks = {k for a, b in ranges for k in range(a // CHUNK, (b - 1) // CHUNK + 1)}
+                spans += [(file, *_chunk(file, c)) for c in sorted(chunks)]
                 continue
-            if flight is not None:  # queued for read-ahead: this batch takes it over
-                flights.queue.remove(flight)
-                flight.queued = flight.ahead = False
-            elif file.memory.has(file.version, a, b):
-                continue  # landed meanwhile (bytes go to memory before a flight ends)
-            else:
-                flight = flights.by_key[(file.version, a, b)] = _Flight(file, a, b)
-            mine.append(flight)
+            wanted = []
+            for a, b in ranges:
+                if a >= b or file.memory.has(version, a, b):
+                    continue
+                flight = flights.covering(version, a, b)
+                if flight is None:
+                    wanted.append((a, b))
+                elif flight.queued:
+                    take(flight)
+                elif all(flight is not m for m in mine):  # another thread's: waited for
+                    theirs.append((flight, a, b))
+            spans += [(file, a, b) for a, b in coalesce(wanted)]
+        for file, a, b in spans:
+            flight = flights.covering(file.version, a, b)
+            if flight is not None and flight.queued:
+                take(flight)
+            elif flight is not None:
+                if all(flight is not m for m in mine):
+                    theirs.append((flight, a, b))
+            elif not file.memory.has(file.version, a, b):  # (landed meanwhile: not again)
+                mine.append(_Flight(file, a, b))
+                flights.by_key[mine[-1].key] = mine[-1]
         if shards:
-            _queue_ahead(flights, ahead, previous | set(by_file))
+            flights.recent[threading.get_ident()] = previous | set(by_file)
+            _queue_ahead(flights, ahead)
     if len(mine) == 1 and not theirs:
         flights.land(mine[0])
     else:
@@ -470,12 +572,12 @@ def prefetch(requests: Sequence[tuple[RemoteFile, int, int]], *, shards: bool = 
     for flight in mine:
         flight.future.result()  # this batch's own request failed: its error
         flight.file._next = max(flight.file._next, flight.stop)
-    for flight in theirs:
+    for flight, a, b in theirs:
         f = flight.file
         if flight.future.exception() is not None or (  # another's failed, or a read-ahead
-            not f.memory.has(f.version, flight.start, flight.stop)  # left it to another
-        ):  # process of a shared cache: read it again, as our own (from the cache, now)
-            again = _Flight(flight.file, flight.start, flight.stop)
+            not f.memory.has(f.version, a, b)  # left it to another process of a shared
+        ):  # cache, or memory dropped it: read it again, as our own (from the cache, now)
+            again = _Flight(f, a, b)
             flights.land(again)
             again.future.result()
 
@@ -484,10 +586,15 @@ def _chunk(file: RemoteFile, c: int) -> tuple[int, int]:
     return c * CHUNK, min(file.size, (c + 1) * CHUNK)
 
 
-def _queue_ahead(flights: _Flights, ahead: dict[str, RemoteFile], recent: set[str]) -> None:
+def _queue_ahead(flights: _Flights, ahead: dict[str, RemoteFile]) -> None:
     """Queue the chunks of the objects in ``ahead`` that are neither kept nor in flight, drop
-    queued ones of objects that neither this batch nor the previous one read (the order has
-    moved on), and start background threads for them (``flights.lock`` held)."""
+    queued ones of objects that no thread's last two batches read (the order has moved on;
+    under thread workers another worker may still be streaming an object this one has left),
+    and start background threads for them (``flights.lock`` held)."""
+    live = {t.ident for t in threading.enumerate()}
+    for ident in [i for i in flights.recent if i not in live]:
+        del flights.recent[ident]  # an ended worker thread's
+    recent = set().union(*flights.recent.values())
     if any(f.file.version not in recent for f in flights.queue):
         for flight in [f for f in flights.queue if f.file.version not in recent]:
             flights.queue.remove(flight)

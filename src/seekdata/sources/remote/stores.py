@@ -1,12 +1,20 @@
-"""The back-end: fsspec filesystems, made per process from a dataset's ``storage_options``.
+"""The back-end: clients made per process from a dataset's ``storage_options``.
 
 fsspec (s3fs for S3, its HTTP filesystem on aiohttp for ``http(s)://`` and the Hugging Face
-Hub, gcsfs, adlfs) was chosen over obstore by measurement (``benchmarks/remote_backends.py``,
-docs/remote.md): obstore reads a small range faster and starts faster, but a process forked
-from one that used it (a DataLoader worker on Linux, where fork is the default) hangs on its
-first request, because its Rust runtime does not survive a fork. fsspec makes a new client in
-each process and works there. The ``remote`` extra installs fsspec, s3fs and aiohttp;
-``remote-gcs`` and ``remote-azure`` add gcsfs and adlfs.
+Hub, gcsfs, adlfs) reads every kind of store; ``s3://`` is read through obstore instead where
+it can run (:mod:`.obstores`: installed, credentials it can take, and no fork since this
+process used it). The choice was made by measurement (``benchmarks/remote_backends.py``,
+``benchmarks/remote_threads.py``, docs/remote.md): obstore starts a client in a tenth of
+s3fs's time and spends less CPU per byte, but a process forked from one that used it (a
+DataLoader worker on Linux, where fork is the default) hangs on its first request, because its
+Rust runtime does not survive a fork; fsspec makes a new client in each process and works
+there. ``storage_options={"backend": "fsspec" | "obstore"}`` overrides the choice
+(:data:`BACKEND`). The ``remote`` extra installs fsspec, s3fs and aiohttp; ``remote-gcs``
+and ``remote-azure`` add gcsfs and adlfs; obstore is installed on its own.
+
+A process makes one client per store root and set of options (:func:`client`), shared by all
+its datasets and threads — the loader's, thread workers', the request threads; a forked child
+makes its own and never tears down its parent's (:func:`_after_fork_in_child`).
 
 Credentials come from the back-end's usual places — the environment (``AWS_*``, a profile in
 ``~/.aws``, instance metadata, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_*``, ``HF_TOKEN``) —
@@ -69,6 +77,13 @@ TIMEOUT_S = 120.0
 LAST_MODIFIED = "last-modified: "
 
 
+#: The ``storage_options`` key that picks the client library: ``"auto"`` (the default:
+#: obstore for ``s3://`` where it can run, :mod:`.obstores`; fsspec elsewhere), ``"fsspec"`` or
+#: ``"obstore"`` (``s3://`` only).
+BACKEND = "backend"
+BACKENDS = ("auto", "fsspec", "obstore")
+
+
 def check_options(options: Any, where: str) -> dict[str, Any]:
     """``storage_options`` as a dict of str keys (None: empty)."""
     if options is None:
@@ -77,6 +92,12 @@ def check_options(options: Any, where: str) -> dict[str, Any]:
         raise TypeError(
             f"{where}: storage_options must be a dict of str keys (the fsspec filesystem's "
             f"options, e.g. {{'endpoint_url': ...}}) or None; got {type(options).__name__}"
+        )
+    choice = options.get(BACKEND, "auto")
+    if choice not in BACKENDS:
+        raise ValueError(
+            f"{where}: storage_options['backend'] must be one of {', '.join(map(repr, BACKENDS))} "
+            f"(the client library that reads the store); got {choice!r}"
         )
     return dict(options)
 
@@ -99,7 +120,9 @@ def require(loc: Location) -> None:
 class Stores:
     """A dataset's ``storage_options``, and the back-ends made from them in this process.
 
-    Back-ends are made lazily, one per store root, and again in each process: a forked or
+    Back-ends are made lazily, one per store root and set of options *per process*: every
+    dataset of the process with the same options (and every thread of it — the loader's,
+    thread workers', the request threads) shares one client (:func:`client`). A forked or
     spawned DataLoader worker makes its own (a client's connections and event loop do not
     survive a fork). Pickled without them.
     """
@@ -116,12 +139,13 @@ class Stores:
     def backend(self, loc: Location) -> Backend:
         if self._pid != os.getpid():
             self._reset()
-        with self._lock:
-            backend = self._backends.get(loc.root)
-            if backend is None:
-                require(loc)
-                backend = self._backends[loc.root] = _make(loc, self.options)
-            return backend
+        backend = self._backends.get(loc.root)  # (a dict read: atomic)
+        if backend is None:
+            with self._lock:
+                backend = self._backends.get(loc.root)
+                if backend is None:
+                    backend = self._backends[loc.root] = client(loc, self.options)
+        return backend
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}
@@ -150,7 +174,7 @@ def accepted_keys(kind: str) -> list[str]:
     import fsspec
 
     cls = fsspec.get_filesystem_class(_PROTOCOLS[kind])
-    names = set(_OWN_KEYS.get(kind, ())) | set(_FSSPEC_KEYS)
+    names = set(_OWN_KEYS.get(kind, ())) | set(_FSSPEC_KEYS) | {BACKEND}
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
@@ -180,6 +204,30 @@ def check_keys(loc: Location, options: dict[str, Any]) -> None:
         )
 
 
+#: This process's clients, by store root and options (emptied in a forked child).
+_clients: dict[tuple[str, str], Backend] = {}
+_clients_lock = threading.Lock()
+
+
+def client(loc: Location, options: dict[str, Any]) -> Backend:
+    """This process's back-end for the store of ``loc`` with ``options``: made at the first
+    call, shared by every later one (every :class:`Stores` with equal options, every thread)."""
+    import json
+
+    key = (loc.root, json.dumps(options, sort_keys=True, default=repr))
+    with _clients_lock:
+        backend = _clients.get(key)
+        if backend is None:
+            require(loc)
+            backend = _clients[key] = _make(loc, options)
+        return backend
+
+
+def backend_name(backend: Backend) -> str:
+    """``"obstore"`` or ``"fsspec"``: which library a back-end reads through."""
+    return "obstore" if getattr(backend, "fs", None) is None else "fsspec"
+
+
 #: The filesystems this process made (by id: fsspec filesystems of equal options compare equal).
 _made: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 #: Those a forked child inherited from its parent: kept from collection for the child's life.
@@ -195,7 +243,10 @@ def _after_fork_in_child() -> None:
     waiting a second for the parent's loop, which does not run here, then closing the sockets
     through the parent's epoll set, which the child shares. So the child keeps them (a few
     objects), detaches their finalizers, and lets the process end without touching them."""
-    global _made
+    global _made, _clients_lock
+    _inherited.extend(_clients.values())  # (obstore clients too: never dropped here)
+    _clients.clear()
+    _clients_lock = threading.Lock()
     parents = list(_made.values())
     _made = weakref.WeakValueDictionary()
     _inherited.extend(parents)
@@ -213,14 +264,54 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _make(loc: Location, options: dict[str, Any]) -> Backend:
-    backend = _make_backend(loc, options)
-    _made[id(backend.fs)] = backend.fs
+    backend = _obstore_backend(loc, options) or _make_backend(loc, options)
+    if backend.fs is not None:
+        _made[id(backend.fs)] = backend.fs
+    return backend
+
+
+def _obstore_backend(loc: Location, options: dict[str, Any]) -> Backend | None:
+    """The obstore back-end where ``options`` ask for it or ``"auto"`` finds that it can run
+    (:mod:`.obstores`); None: fsspec's."""
+    from seekdata.sources.remote import obstores
+
+    choice = options.get(BACKEND, "auto")
+    if choice == "fsspec" or (choice == "auto" and (loc.kind != "s3" or not obstores.usable())):
+        return None
+    rest = {k: v for k, v in options.items() if k != BACKEND}
+    kwargs = obstores.config(rest) if loc.kind == "s3" else None
+    if choice == "auto":
+        return None if kwargs is None else _obstore(obstores, loc, kwargs)
+    if loc.kind != "s3":
+        raise ValueError(
+            f"{loc.url}: storage_options={{'backend': 'obstore'}} reads s3:// URLs only; "
+            f"leave 'backend' out (or pass 'fsspec') for {loc.url.split(':', 1)[0]}:// URLs"
+        )
+    if not obstores.installed():
+        raise ImportError(
+            f"{loc.url}: storage_options={{'backend': 'obstore'}} needs obstore; pip install "
+            "obstore, or leave 'backend' out"
+        )
+    if kwargs is None:
+        raise ValueError(
+            f"{loc.url}: storage_options={{'backend': 'obstore'}} takes explicit credentials "
+            f"(key and secret, or anon=True) with endpoint_url or client_kwargs' region_name, "
+            f"and only the keys {', '.join(obstores.KEYS)}; got keys {sorted(rest)}; pass "
+            "those, or leave 'backend' out (fsspec reads with boto's credential chain)"
+        )
+    return _obstore(obstores, loc, kwargs)
+
+
+def _obstore(obstores: Any, loc: Location, kwargs: dict[str, Any]) -> Backend:
+    bucket = loc.root.split("://", 1)[1]
+    backend: Backend = obstores.ObstoreS3Backend(obstores.make(bucket, kwargs), loc.root)
     return backend
 
 
 def _make_backend(loc: Location, options: dict[str, Any]) -> Backend:
     import fsspec
 
+    options = {k: v for k, v in options.items() if k != BACKEND}
     check_keys(loc, options)
     opts = dict(options)
     try:
