@@ -211,7 +211,10 @@ class Pool:
         seed: int,
         worker_init_fn: Callable[[int], None] | None,
         watch: RngWatch,
+        per_worker: list[Any] | None = None,
     ) -> None:
+        """``per_worker``: each worker's own dataset (its ``get_worker_info().dataset``), where
+        the workers cannot share ``dataset`` (an iterable one with state on itself)."""
         install_worker_info()
         from torch.utils.data._utils.worker import WorkerInfo  # the class torch's workers get
 
@@ -225,7 +228,8 @@ class Pool:
                     i,
                     WorkerInfo(
                         # torch's WorkerInfo.seed (base seed + id): reported, never a key
-                        id=i, num_workers=self.num_workers, seed=seed + i, dataset=dataset,
+                        id=i, num_workers=self.num_workers, seed=seed + i,
+                        dataset=dataset if per_worker is None else per_worker[i],
                         worker_method=THREAD,
                     ),
                     worker_init_fn,
@@ -252,7 +256,8 @@ class Pool:
     def close(self, wait: float | None = None) -> None:
         """Stop the threads and wait for them (each ends after the batch it is on; ``wait``:
         at most so many seconds each)."""
-        _live.discard(self)
+        if _live is not None:  # None once the interpreter tears this module down
+            _live.discard(self)
         shared = self.shared
         with shared.cond:
             if shared.closed:
@@ -384,7 +389,11 @@ class _Run:
                 self.exhausted = True
                 break
             k = self.sent
-            shared.queues[k % num_workers].append(_Task(self.run, k, planned, self.work))
+            # batch k goes to worker k % num_workers (torch's round robin), or to the worker
+            # the plan names (an iterable dataset's turn skips workers whose stream ended)
+            worker = getattr(planned, "worker", None)
+            worker = k % num_workers if worker is None else worker
+            shared.queues[worker].append(_Task(self.run, k, planned, self.work))
             self.sent += 1
         shared.cond.notify_all()
 
