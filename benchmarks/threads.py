@@ -14,11 +14,11 @@ before the next starts (``wait_workers``), and reports the median of the rounds:
 - **pure Python** (``__getitem__`` holds the GIL): the same loaders on a loop of Python
   arithmetic per sample: where threads lose.
 - **persistent_workers=False over a dataset holding ``--strings`` Python strings** (2 million by
-  default), ``--first-workers`` workers (4), threads against processes: ``iter()`` to the first
-  batch, and the memory of the job: the sum of the PSS (``/proc/<pid>/smaps_rollup``) of this
-  process and its worker processes after ``--pss-batches`` batches (a process worker's copy of
-  the strings is shared with the parent until touched; reading them writes their reference
-  counts, which copies the pages touched).
+  default), ``--first-workers`` workers (4), shuffled, threads against processes: ``iter()`` to
+  the first batch, and the memory of the job: the sum of the PSS (``/proc/<pid>/smaps_rollup``)
+  of this process and its worker processes after ``--pss-batches`` batches (a forked worker's
+  copy of the strings is shared with the parent until touched; reading a string writes its
+  reference count, which copies its page into that worker).
 
     python benchmarks/threads.py            # the figures in docs/threads.md
     python benchmarks/threads.py --quick    # a smoke run
@@ -262,9 +262,10 @@ def first_batch_rows(n: int, workers: int, rounds: int, batches: int) -> list[di
     def case(method: str) -> Callable[[], tuple[float, float]]:
         def run() -> tuple[float, float]:
             with quiet():  # torch's warning on more workers than CPUs
-                loader = seekdata.StatefulDataLoader(
-                    ds, batch_size=64, seed=0, num_workers=workers, worker_method=method
-                )
+                loader = seekdata.StatefulDataLoader(  # shuffled, as training reads it
+                    ds, batch_size=64, shuffle=True, seed=0, num_workers=workers,
+                    worker_method=method,
+                )  # fmt: skip
                 start = time.perf_counter()
                 it = iter(loader)
                 next(it)
@@ -310,31 +311,30 @@ def main() -> None:
     p.add_argument("--strings", type=int, default=2_000_000)
     p.add_argument("--first-workers", type=int, default=4)
     p.add_argument("--pss-batches", type=int, default=2000)
+    p.add_argument(
+        "--parts", default="throughput,memory", help="what to run: throughput, memory, or both"
+    )
     args = p.parse_args()
+    parts = set(args.parts.split(","))
     if args.quick:
-        args.images, args.side, args.epochs, args.strings, args.rounds = 128, 128, 1, 100_000, 1
-        args.pss_batches = 50
+        args.images, args.side, args.epochs, args.rounds = 128, 128, 1, 1
+        args.strings, args.pss_batches = min(args.strings, 100_000), 50
     torch.set_num_threads(1)  # as in a worker process: the comparison is of the workers
-    rows = throughput_rows(
-        "JPEG decode + crop/flip",
-        Jpegs(args.images, args.side, args.side * 7 // 8),
-        args.workers,
-        args.batch,
-        args.epochs,
-        args.rounds,
-    )
-    rows += throughput_rows(
-        "pure-Python __getitem__",
-        PurePython(args.images * 4, 3000),
-        args.workers,
-        args.batch,
-        args.epochs,
-        args.rounds,
-    )
-    print(table(rows, ["pipeline", "loader", "samples_per_s", "vs_processes"]))
-    first = first_batch_rows(args.strings, args.first_workers, args.rounds, args.pss_batches)
-    print(table(first, ["loader", "strings", "workers", "first_batch_s", "vs_processes",
-                        "pss_mb", "pss_vs_processes"]))  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    pipelines = {
+        "JPEG decode + crop/flip": lambda: Jpegs(args.images, args.side, args.side * 7 // 8),
+        "pure-Python __getitem__": lambda: PurePython(args.images * 4, 3000),
+    }
+    if "throughput" in parts:
+        for name, make in pipelines.items():
+            rows += throughput_rows(name, make(), args.workers, args.batch, args.epochs,
+                                    args.rounds)  # fmt: skip
+        print(table(rows, ["pipeline", "loader", "samples_per_s", "vs_processes"]))
+    first: list[dict[str, Any]] = []
+    if "memory" in parts:
+        first = first_batch_rows(args.strings, args.first_workers, args.rounds, args.pss_batches)
+        print(table(first, ["loader", "strings", "workers", "first_batch_s", "vs_processes",
+                            "pss_mb", "pss_vs_processes"]))  # fmt: skip
     skipped = {
         loader: f"{missing(loader)} is not installed" for loader in _NEEDS if missing(loader)
     }
@@ -354,13 +354,16 @@ def main() -> None:
     )
     plt = pyplot()
     if plt is not None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        names = ("JPEG decode + crop/flip", "pure-Python __getitem__")
-        for ax, name in zip(axes, names, strict=True):
+        fig, axes = plt.subplots(1, 3, figsize=(16, 4))
+        for ax, name in zip(axes, pipelines, strict=False):
             part = [r for r in rows if r["pipeline"] == name]
             ax.barh([r["loader"] for r in part], [r["samples_per_s"] for r in part])
             ax.set_title(f"{name}, {args.workers} workers")
             ax.set_xlabel("samples/s (median)")
+        ax = axes[2]
+        ax.barh([r["loader"] for r in first], [r["pss_mb"] for r in first])
+        ax.set_title(f"PSS of the job, {args.first_workers} workers, {args.strings:,} strings")
+        ax.set_xlabel("MB (median)")
         fig.tight_layout()
         save(fig, args.out.with_suffix(".png"))
 
