@@ -133,6 +133,18 @@ def test_file_backed_sources_are_the_same_under_threads(tmp_path: pathlib.Path, 
     _same_everywhere(make, epochs=2)
 
 
+def test_the_step_rng_the_caller_draws_after_each_batch_is_the_same_under_threads() -> None:
+    """set_step_rng keys the caller's global RNG by each batch handed out (Dropout in the step):
+    the same draws under threads, processes and no workers, over epochs."""
+
+    def draws(method: str, workers: int) -> list[float]:
+        loader = _loader(Keyed(), method, workers)
+        return [torch.rand(1).item() for _ in range(2) for _ in loader]
+
+    reference = draws("multiprocessing", 0)
+    assert draws("thread", 2) == reference and draws("multiprocessing", 2) == reference
+
+
 # --- the cursor crosses methods -----------------------------------------------------------------
 
 

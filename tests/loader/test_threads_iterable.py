@@ -135,6 +135,13 @@ def test_batch_size_none_and_drop_last_are_the_processthread_workers() -> None:
         assert _digests(_loader(Split(), "thread", 2, **kw), 2) == processes, kw
 
 
+def test_the_step_rng_the_caller_draws_after_each_batch_is_the_same_under_threads() -> None:
+    def draws(method: str) -> list[float]:
+        return [torch.rand(1).item() for _ in range(2) for _ in _loader(Split(), method, 2)]
+
+    assert draws("thread") == draws("multiprocessing")
+
+
 @pytest.mark.parametrize("make", DATASETS, ids=lambda c: c.__name__)
 def test_the_state_is_torchdatas_state_of_process_workers(make: Any) -> None:
     """Step by step within an epoch, the whole state (torchdata's nested one included) is the
