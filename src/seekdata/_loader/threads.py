@@ -285,12 +285,15 @@ class Pool:
         timeout: float,
         failed: Callable[[BaseException], Any],
         owned: bool,
+        phased: bool = True,
     ) -> Iterator[Any]:
         """The results of ``work`` over ``planned``, in order, ``depth`` of them ahead; an error
         in a worker comes out as ``failed(error)``, a value (the loader counts the batch, then
         raises it, as torch counts a batch whose fetch raised). ``owned``: the iterator closes
-        the pool when it ends or is dropped (``persistent_workers=False``)."""
-        return _Run(self, planned, work, depth, timeout, failed, owned)
+        the pool when it ends or is dropped (``persistent_workers=False``). ``phased``: each
+        ``next()`` marks the caller's wait for :class:`RngWatch`; False where the caller marks
+        it around more than one ``next()`` (the iterable path's one batch takes several)."""
+        return _Run(self, planned, work, depth, timeout, failed, owned, phased)
 
 
 def _loop(shared: _Shared, i: int, info: Any, worker_init_fn: Callable[[int], None] | None) -> None:
@@ -363,10 +366,11 @@ class _Run:
         timeout: float,
         failed: Callable[[BaseException], Any],
         owned: bool,
+        phased: bool = True,
     ) -> None:
         self.pool, self.planned, self.work = pool, planned, work
         self.depth, self.timeout, self.failed = max(1, depth), timeout, failed
-        self.owned = owned
+        self.owned, self.phased = owned, phased
         shared = pool.shared
         with shared.cond:
             shared.run += 1
@@ -401,6 +405,9 @@ class _Run:
         if self.ended:
             raise StopIteration
         shared = self.pool.shared
+        if not self.phased:  # the caller marks its wait itself
+            ok, value = self._wait(shared)
+            return value if ok else self.failed(value)
         watch = shared.watch
         watch.phase += 1  # odd: the caller's thread waits in here (RngWatch)
         try:

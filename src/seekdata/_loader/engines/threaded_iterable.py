@@ -129,6 +129,17 @@ class _Book:
         )
 
 
+def _started(run: Iterator[Any], book: _Book, pool: Pool) -> None:
+    """Each worker's state once its iteration started (restored), as torchdata waits for them
+    before the first batch."""
+    for _ in range(pool.num_workers):
+        out = next(run)
+        if isinstance(out, _Failed):
+            run.close()  # type: ignore[attr-defined]  # threads._Run
+            raise out.error
+        book.workers[_worker_key(out.worker)] = out.state
+
+
 class ThreadedIterable:
     """The thread-worker iteration of :class:`~seekdata._loader.engines.iterable.IterableEngine`
     over torchdata's loader ``engine`` (read for its options: they are torch's, set by the
@@ -163,7 +174,7 @@ class ThreadedIterable:
         if self._book is None:
             if self._pending is not None:
                 return copy.deepcopy(self._pending)
-            self._fresh = self._start()  # as torchdata: start the workers to read their state
+            self._fresh = self._start(eager=True)  # as torchdata: start the workers for it
         assert self._book is not None  # _start set it
         return self._book.state()
 
@@ -184,7 +195,7 @@ class ThreadedIterable:
             torch.empty((), dtype=torch.int64).random_(generator=self.engine.generator).item()
         )
 
-    def _start(self) -> Iterator[Any]:
+    def _start(self, eager: bool = False) -> Iterator[Any]:
         """Start an iteration (the threads' fetchers, restored from a loaded state if any),
         wait for each worker's first state as torchdata does, and return its batches."""
         engine = self.engine
@@ -262,14 +273,14 @@ class ThreadedIterable:
                 yield _Task(worker, False, index, main_state(), None)
 
         depth = (engine.prefetch_factor or 2) * n
-        run = pool.batches(planned(), self._work(), depth, engine.timeout, _Failed, not persistent)
-        for _ in range(n):
-            out = next(run)
-            if isinstance(out, _Failed):
-                run.close()  # type: ignore[attr-defined]  # threads._Run
-                raise out.error
-            book.workers[_worker_key(out.worker)] = out.state
-        batches = self._batches(run, book, alive)
+        run = pool.batches(
+            planned(), self._work(), depth, engine.timeout, _Failed, not persistent, phased=False
+        )
+        started = [False]
+        if eager:  # state_dict() before iterating: the workers' first states, now
+            _started(run, book, pool)
+            started[0] = True
+        batches = self._batches(run, book, alive, pool, started)
         if pending is not None:
             snap = pending[_SNAPSHOT]
             if replay:  # torchdata's fast-forward: nothing to restore, so replay the epoch
@@ -325,10 +336,19 @@ class ThreadedIterable:
 
         return work
 
-    def _batches(self, run: Iterator[Any], book: _Book, alive: list[bool]) -> Iterator[Any]:
+    def _batches(
+        self, run: Iterator[Any], book: _Book, alive: list[bool], pool: Pool, started: list[bool]
+    ) -> Iterator[Any]:
         """The run's batches in order, the book kept at each one handed out (a worker whose
-        iterator ended is skipped from then on, its last state kept)."""
+        iterator ended is skipped from then on, its last state kept). The code between two
+        yields runs inside the caller's ``next()``: it marks that wait for ``RngWatch`` (odd
+        phase) over the workers' starts and the batches skipped, not each ``next(run)``, so the
+        first batch is always checked, as for map-style."""
+        watch = pool.shared.watch
+        watch.phase += 1  # odd: the caller waits in its first next()
         try:
+            if not started[0]:
+                _started(run, book, pool)
             for out in run:
                 if isinstance(out, _Failed):
                     raise out.error
@@ -339,7 +359,11 @@ class ThreadedIterable:
                 book.step += 1
                 book.last = out.worker
                 book.main = out.main
+                watch.phase += 1  # even: the caller runs its step
                 yield out.data
+                watch.phase += 1  # odd: back in next()
             book.finished = True
         finally:  # an error, or the iterator dropped: its batches ahead go, its threads stop
+            if watch.phase & 1:
+                watch.phase += 1
             run.close()  # type: ignore[attr-defined]  # threads._Run
