@@ -180,11 +180,7 @@ class ThreadedIterable:
 
     def iterate(self) -> Iterator[Any]:
         fresh, self._fresh = self._fresh, None
-        if fresh is not None:
-            return fresh
-        if self._book is not None and self._book.finished and self._pending is None:
-            self._book = None
-        return self._start()
+        return fresh if fresh is not None else self._start()
 
     # --- one iteration ------------------------------------------------------------------------
 
@@ -196,8 +192,9 @@ class ThreadedIterable:
         )
 
     def _start(self, eager: bool = False) -> Iterator[Any]:
-        """Start an iteration (the threads' fetchers, restored from a loaded state if any),
-        wait for each worker's first state as torchdata does, and return its batches."""
+        """Start an iteration (the threads' fetchers, restored from a loaded state if any) and
+        return its batches; each worker's first state is awaited, as torchdata does, at the
+        first batch (``eager``: now, for a ``state_dict()`` before iterating)."""
         engine = self.engine
         n = engine.num_workers
         persistent = bool(engine.persistent_workers)
