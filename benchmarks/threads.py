@@ -1,20 +1,24 @@
-"""Thread workers against process workers, torch's DataLoader and torchdata.nodes (issue 38).
+"""Thread workers against process workers, torch's DataLoader, torchdata.nodes and SPDL (issue 38).
 
-Two measurements, each loader in a new random order every round, one loader's workers gone
-before the next starts (``wait_workers``), the median of the rounds:
+Each measurement runs its loaders in a new random order every round, one loader's workers gone
+before the next starts (``wait_workers``), and reports the median of the rounds:
 
 - **JPEG pipeline** (Pillow's decode releases the GIL): synthetic JPEGs decoded with Pillow,
   a random crop and flip from ``seekdata.transforms`` on the sample's own stream, batch 64,
-  ``--workers`` workers: seekdata threads, seekdata processes, torch's DataLoader (processes)
-  and ``torchdata.nodes.ParallelMapper(method="thread")`` over the same dataset. Samples/s over
-  ``--epochs`` epochs, workers started once (persistent).
+  ``--workers`` workers: seekdata threads, seekdata processes, torch's DataLoader (processes),
+  ``torchdata.nodes.ParallelMapper(method="thread")`` and SPDL 0.8's thread pipeline
+  (``spdl.pipeline.PipelineBuilder``: the same decode as a ``pipe`` stage with ``concurrency``
+  = workers, in input order, then ``aggregate`` and collate) over the same dataset. Samples/s
+  over ``--epochs`` epochs, workers started once (persistent). A loader whose package is not
+  installed is skipped, and the output says so.
 - **pure Python** (``__getitem__`` holds the GIL): the same loaders on a loop of Python
   arithmetic per sample: where threads lose.
-- **first batch, persistent_workers=False**: ``iter()`` to the first batch over a dataset
-  holding ``--strings`` Python strings (2 million by default), threads against processes.
-
-SPDL is not measured where ``pip install spdl`` finds no wheel (it does not on this machine's
-package mirror); the script says so in its JSON.
+- **persistent_workers=False over a dataset holding ``--strings`` Python strings** (2 million by
+  default), ``--first-workers`` workers (4), shuffled, threads against processes: ``iter()`` to
+  the first batch, and the memory of the job: the sum of the PSS (``/proc/<pid>/smaps_rollup``)
+  of this process and its worker processes after ``--pss-batches`` batches (a forked worker's
+  copy of the strings is shared with the parent until touched; reading a string writes its
+  reference count, which copies its page into that worker).
 
     python benchmarks/threads.py            # the figures in docs/threads.md
     python benchmarks/threads.py --quick    # a smoke run
@@ -22,7 +26,9 @@ package mirror); the script says so in its JSON.
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import multiprocessing
 import os
 import sys
 import time
@@ -168,6 +174,41 @@ def _nodes_fetch(ds: Any) -> Any:
     return Keyed()
 
 
+class _Spdl:
+    """SPDL 0.8's thread pipeline: a shuffled order as the source, the dataset's read as a
+    ``pipe`` stage (``concurrency`` = workers, input order), batched and collated; built per
+    epoch, as its docs build one per epoch."""
+
+    def __init__(self, ds: Any, workers: int, batch: int) -> None:
+        self.ds, self.workers, self.batch = ds, workers, batch
+
+    def __iter__(self) -> Any:
+        from spdl.pipeline import PipelineBuilder
+
+        order = torch.randperm(len(self.ds)).tolist()
+        pipeline = (
+            PipelineBuilder()
+            .add_source(order)
+            .pipe(self.ds.__getitem__, concurrency=self.workers, output_order="input")
+            .aggregate(self.batch)
+            .pipe(torch.utils.data.default_collate)
+            .add_sink(3)
+            .build(num_threads=self.workers)
+        )
+        with pipeline.auto_stop():
+            yield from pipeline
+
+
+#: loader -> the package it needs (skipped, with a note, where it is not installed)
+_NEEDS = {"torchdata.nodes threads": "torchdata", "SPDL threads": "spdl"}
+
+
+def missing(loader: str) -> str | None:
+    """The package ``loader`` needs when it is not installed, else None."""
+    package = _NEEDS.get(loader)
+    return package if package and importlib.util.find_spec(package) is None else None
+
+
 def throughput_rows(
     name: str, ds: Any, workers: int, batch: int, epochs: int, rounds: int
 ) -> list[dict[str, Any]]:
@@ -180,7 +221,14 @@ def throughput_rows(
         "torchdata.nodes threads": _throughput(
             lambda: _Nodes(_nodes_fetch(ds), workers, batch), epochs, len(ds)
         ),
+        "SPDL threads": _throughput(
+            lambda: _Spdl(_nodes_fetch(ds), workers, batch), epochs, len(ds)
+        ),
     }
+    for loader in list(cases):
+        if missing(loader):
+            print(f"skipped {loader}: {missing(loader)} is not installed", file=sys.stderr)
+            del cases[loader]
     runs = interleave(cases, rounds)
     base = median(runs["seekdata processes"])
     return [
@@ -195,35 +243,58 @@ def throughput_rows(
     ]
 
 
-def first_batch_rows(n: int, workers: int, rounds: int) -> list[dict[str, Any]]:
-    ds = Strings(n)
+def pss_mb(pids: list[int]) -> float:
+    """The sum of the proportional set sizes of ``pids``, in MB: each shared page counted once
+    over the processes that share it (``/proc/<pid>/smaps_rollup``, Linux)."""
+    total_kb = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            total_kb += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+    return total_kb / 1024
 
-    def case(method: str) -> Callable[[], float]:
-        def run() -> float:
-            loader = seekdata.StatefulDataLoader(
-                ds, batch_size=64, seed=0, num_workers=workers, worker_method=method
-            )
-            with quiet():
+
+def first_batch_rows(n: int, workers: int, rounds: int, batches: int) -> list[dict[str, Any]]:
+    """``persistent_workers=False``: ``iter()`` -> first batch, and the job's PSS after
+    ``batches`` batches, threads against processes."""
+    ds = Strings(n)
+    linux = os.path.exists("/proc/self/smaps_rollup")
+
+    def case(method: str) -> Callable[[], tuple[float, float]]:
+        def run() -> tuple[float, float]:
+            with quiet():  # torch's warning on more workers than CPUs
+                loader = seekdata.StatefulDataLoader(  # shuffled, as training reads it
+                    ds, batch_size=64, shuffle=True, seed=0, num_workers=workers,
+                    worker_method=method,
+                )  # fmt: skip
                 start = time.perf_counter()
                 it = iter(loader)
                 next(it)
                 elapsed = time.perf_counter() - start
+                for _ in range(batches - 1):
+                    next(it)
+                pids = [os.getpid(), *(c.pid for c in multiprocessing.active_children())]
+                pss = pss_mb([p for p in pids if p is not None]) if linux else float("nan")
             del it, loader
             wait_workers()
-            return elapsed
+            return elapsed, pss
 
         return run
 
     runs = interleave({"threads": case("thread"), "processes": case("multiprocessing")}, rounds)
-    base = median(runs["processes"])
+    base = median([t for t, _ in runs["processes"]])
+    base_pss = median([m for _, m in runs["processes"]])
     return [
         {
             "loader": f"seekdata {method}",
             "strings": n,
             "workers": workers,
-            "first_batch_s": round(median(values), 4),
-            "vs_processes": round(median(values) / base, 3),
-            "rounds": [round(v, 4) for v in values],
+            "first_batch_s": round(median([t for t, _ in values]), 4),
+            "vs_processes": round(median([t for t, _ in values]) / base, 3),
+            "rounds": [round(t, 4) for t, _ in values],
+            "pss_mb": round(median([m for _, m in values]), 1),
+            "pss_vs_processes": round(median([m for _, m in values]) / base_pss, 3),
+            "pss_rounds": [round(m, 1) for _, m in values],
+            "pss_after_batches": batches,
         }
         for method, values in runs.items()
     ]
@@ -239,46 +310,60 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--strings", type=int, default=2_000_000)
     p.add_argument("--first-workers", type=int, default=4)
+    p.add_argument("--pss-batches", type=int, default=2000)
+    p.add_argument(
+        "--parts", default="throughput,memory", help="what to run: throughput, memory, or both"
+    )
     args = p.parse_args()
+    parts = set(args.parts.split(","))
     if args.quick:
-        args.images, args.side, args.epochs, args.strings, args.rounds = 128, 128, 1, 100_000, 1
+        args.images, args.side, args.epochs, args.rounds = 128, 128, 1, 1
+        args.strings, args.pss_batches = min(args.strings, 100_000), 50
     torch.set_num_threads(1)  # as in a worker process: the comparison is of the workers
-    rows = throughput_rows(
-        "JPEG decode + crop/flip",
-        Jpegs(args.images, args.side, args.side * 7 // 8),
-        args.workers,
-        args.batch,
-        args.epochs,
-        args.rounds,
-    )
-    rows += throughput_rows(
-        "pure-Python __getitem__",
-        PurePython(args.images * 4, 3000),
-        args.workers,
-        args.batch,
-        args.epochs,
-        args.rounds,
-    )
-    print(table(rows, ["pipeline", "loader", "samples_per_s", "vs_processes"]))
-    first = first_batch_rows(args.strings, args.first_workers, args.rounds)
-    print(table(first, ["loader", "strings", "workers", "first_batch_s", "vs_processes"]))
+    rows: list[dict[str, Any]] = []
+    pipelines = {
+        "JPEG decode + crop/flip": lambda: Jpegs(args.images, args.side, args.side * 7 // 8),
+        "pure-Python __getitem__": lambda: PurePython(args.images * 4, 3000),
+    }
+    if "throughput" in parts:
+        for name, make in pipelines.items():
+            rows += throughput_rows(name, make(), args.workers, args.batch, args.epochs,
+                                    args.rounds)  # fmt: skip
+        print(table(rows, ["pipeline", "loader", "samples_per_s", "vs_processes"]))
+    first: list[dict[str, Any]] = []
+    if "memory" in parts:
+        first = first_batch_rows(args.strings, args.first_workers, args.rounds, args.pss_batches)
+        print(table(first, ["loader", "strings", "workers", "first_batch_s", "vs_processes",
+                            "pss_mb", "pss_vs_processes"]))  # fmt: skip
+    skipped = {
+        loader: f"{missing(loader)} is not installed" for loader in _NEEDS if missing(loader)
+    }
+    versions = {}
+    if not missing("SPDL threads"):
+        from importlib.metadata import version
+
+        versions["spdl"] = version("spdl")
     write_json(
         args.out,
         "threads",
         rows,
         first_batch=first,
         args=vars(args) | {"out": str(args.out)},
-        spdl="not measured: `pip install spdl` finds no distribution on this machine's mirror",
+        skipped=skipped,
+        versions=versions,
     )
     plt = pyplot()
     if plt is not None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        names = ("JPEG decode + crop/flip", "pure-Python __getitem__")
-        for ax, name in zip(axes, names, strict=True):
+        fig, axes = plt.subplots(1, 3, figsize=(16, 4))
+        for ax, name in zip(axes, pipelines, strict=False):
             part = [r for r in rows if r["pipeline"] == name]
             ax.barh([r["loader"] for r in part], [r["samples_per_s"] for r in part])
             ax.set_title(f"{name}, {args.workers} workers")
             ax.set_xlabel("samples/s (median)")
+        ax = axes[2]
+        ax.barh([r["loader"] for r in first], [r["pss_mb"] for r in first])
+        ax.set_title(f"PSS of the job, {args.first_workers} workers, {args.strings:,} strings")
+        ax.set_xlabel("MB (median)")
         fig.tight_layout()
         save(fig, args.out.with_suffix(".png"))
 

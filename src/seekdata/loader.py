@@ -137,11 +137,12 @@ class StatefulDataLoader(torch.utils.data.DataLoader[_T_co]):
         if attr == "worker_method":  # read at every iter(), as torch's FORWARDED ones
             context = self.multiprocessing_context
             val = check_worker_method(val, context, type(self).__name__)
-            if val == "thread" and isinstance(self.dataset, torch.utils.data.IterableDataset):
+            if val == "thread" and isinstance(self.dataset, torch.utils.data.IterDataPipe):
                 raise ValueError(
-                    f"{type(self).__name__}: worker_method='thread' runs map-style datasets; "
-                    f"got an IterableDataset (its state is torchdata's, per worker process); "
-                    f"keep worker_method='multiprocessing'"
+                    f"{type(self).__name__}: worker_method='thread' runs an IterableDataset in "
+                    f"threads of one process, but a DataPipe is reseeded per worker process by "
+                    f"torch; got {type(self.dataset).__name__}; keep "
+                    f"worker_method='multiprocessing'"
                 )
         if attr == "multiprocessing_context" and val is not None:
             check_worker_method(self.worker_method, val, type(self).__name__)

@@ -19,7 +19,7 @@ BOUND = 60.0  # seconds: a script that ends takes ~2; one that hangs never ends
 
 # HOW -> the status Python (and torch's DataLoader) gives it
 STATUS = {"end": 0, "live": 0, "break": 0, "raise": 1, "exit": 3, "sigint": -signal.SIGINT}
-# worker_method="thread" (map-style datasets only): the same statuses, and a SIGTERM
+# worker_method="thread": the same statuses, and a SIGTERM
 THREAD_STATUS = {**STATUS, "sigterm": -signal.SIGTERM}
 
 

@@ -1,7 +1,8 @@
-"""Every exit path ends with thread workers (worker_method="thread", map-style datasets only):
-the exits of test_exit.py, and a SIGTERM, for a script whose workers are threads of its own
-process; each case is a real process (a child forked after ``import torch``, see
-tests/helpers/exits.py) with a wall-time bound, and no thread is left behind."""
+"""Every exit path ends with thread workers (worker_method="thread", over a map-style dataset
+and an IterableDataset): the exits of test_exit.py, and a SIGTERM, for a script whose workers
+are threads of its own process; each case is a real process (a child forked after
+``import torch``, see tests/helpers/exits.py) with a wall-time bound, and no thread is left
+behind."""
 
 from __future__ import annotations
 
@@ -20,41 +21,53 @@ def forker() -> Iterator[Forker]:
 
 
 THREAD_CASES = [
-    (persistent, how)
+    (dataset, persistent, how)
+    for dataset in ("map", "iterable")
     for persistent in (False, True)
     for how in THREAD_STATUS
-    if how not in ("sigint", "sigterm")
+    if how not in ("sigint", "sigterm") and (dataset == "map" or how != "live")
 ]
 
 
-@pytest.mark.parametrize(("persistent", "how"), THREAD_CASES)
-def test_a_script_with_live_thread_workers_ends(persistent: bool, how: str, forker: Forker) -> None:
-    args = ("seekdata", "map", "2", str(int(persistent)), how)
+@pytest.mark.parametrize(("dataset", "persistent", "how"), THREAD_CASES)
+def test_a_script_with_live_thread_workers_ends(
+    dataset: str, persistent: bool, how: str, forker: Forker
+) -> None:
+    args = ("seekdata", dataset, "2", str(int(persistent)), how)
     status, text, pids = run_script(forker, *args, "thread")
     check_threads(args, status, text, pids)
 
 
-@pytest.mark.parametrize("interrupt", ["main", "group", "term"])
-@pytest.mark.parametrize("persistent", [False, True])
+SIGNAL_CASES = [
+    (dataset, persistent, interrupt)
+    for dataset in ("map", "iterable")
+    for persistent in (False, True)
+    for interrupt in ("main", "group", "term")
+    if dataset == "map" or interrupt != "group"
+]
+
+
+@pytest.mark.parametrize(("dataset", "persistent", "interrupt"), SIGNAL_CASES)
 def test_a_signal_ends_a_script_while_thread_workers_load(
-    persistent: bool, interrupt: str, forker: Forker
+    dataset: str, persistent: bool, interrupt: str, forker: Forker
 ) -> None:
     """Ctrl-C (to the process, or to its group as a terminal sends it) and SIGTERM: the worker
     threads block them, so the main thread gets them at once, even while it waits for a batch."""
     how = "sigterm" if interrupt == "term" else "sigint"
-    args = ("seekdata", "map", "2", str(int(persistent)), how)
+    args = ("seekdata", dataset, "2", str(int(persistent)), how)
     status, text, pids = run_script(forker, *args, "thread", interrupt=interrupt)
     if how == "sigint":
         assert "KeyboardInterrupt" in text, text
     check_threads(args, status, text, pids)
 
 
+@pytest.mark.parametrize("dataset", ["map", "iterable"])
 @pytest.mark.parametrize("how", ["end", "raise", "exit", "sigterm"])
 def test_a_script_with_a_preemption_handler_and_thread_workers_ends(
-    how: str, forker: Forker
+    dataset: str, how: str, forker: Forker
 ) -> None:
     """A PreemptionHandler installed first: SIGTERM is a notice the loop reads, then it ends."""
-    args = ("seekdata", "map", "2", "1", how)
+    args = ("seekdata", dataset, "2", "1", how)
     status, text, pids = run_script(
         forker, *args, "handler", "thread", interrupt="term" if how == "sigterm" else None
     )

@@ -5,7 +5,6 @@ thread left behind. Exit paths as real processes are in test_exit_threads.py."""
 
 from __future__ import annotations
 
-import gc
 import pathlib
 import random
 import threading
@@ -18,21 +17,14 @@ import torch
 import seekdata
 from seekdata import transforms
 from tests.helpers import remote_corpus as corpus
+from tests.helpers.threads import (  # noqa: F401  # no_threads_left: an autouse fixture
+    check_no_thread_left,
+    no_threads_left,
+    run_to,
+    thread_workers,
+)
 
 SEED = 3
-
-
-def _workers() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("seekdata-worker")}
-
-
-@pytest.fixture(autouse=True)
-def _no_threads_left() -> Any:
-    before = _workers()
-    yield
-    gc.collect()
-    left = _workers() - before
-    assert not left, f"thread workers left running: {left}"
 
 
 class Keyed(torch.utils.data.Dataset):
@@ -141,6 +133,18 @@ def test_file_backed_sources_are_the_same_under_threads(tmp_path: pathlib.Path, 
     _same_everywhere(make, epochs=2)
 
 
+def test_the_step_rng_the_caller_draws_after_each_batch_is_the_same_under_threads() -> None:
+    """set_step_rng keys the caller's global RNG by each batch handed out (Dropout in the step):
+    the same draws under threads, processes and no workers, over epochs."""
+
+    def draws(method: str, workers: int) -> list[float]:
+        loader = _loader(Keyed(), method, workers)
+        return [torch.rand(1).item() for _ in range(2) for _ in loader]
+
+    reference = draws("multiprocessing", 0)
+    assert draws("thread", 2) == reference and draws("multiprocessing", 2) == reference
+
+
 # --- the cursor crosses methods -----------------------------------------------------------------
 
 
@@ -155,15 +159,8 @@ def test_a_checkpoint_crosses_methods_both_ways_at_random_steps(trial: int) -> N
         w1, w2 = pick.choice([0, 1, 2]), pick.choice([1, 2, 3])
         w1 = w1 if first == "multiprocessing" else max(w1, 1)
         a = _loader(Keyed(), first, w1, persistent_workers=bool(w1) and pick.random() < 0.5)
-        got: list[str] = []
-        it = iter(a)
-        while len(got) < at:
-            try:
-                got.append(corpus.digest(next(it)))
-            except StopIteration:
-                it = iter(a)
-        state = a.state_dict()
-        del it, a
+        got, state = run_to(a, at)
+        del a
         b = _loader(Keyed(), second, w2)
         b.load_state_dict(state)
         got += _digests(b, 4)
@@ -296,25 +293,9 @@ def test_timeout_bounds_the_wait_for_a_batch() -> None:
 
 @pytest.mark.parametrize("persistent", [False, True])
 def test_no_thread_is_left_after_the_iterator_ends_or_is_dropped(persistent: bool) -> None:
-    before = _workers()
-    loader = _loader(Keyed(), "thread", 2, persistent_workers=persistent)
-    list(loader)
-    if persistent:  # kept for the next epoch, as torch keeps persistent worker processes
-        assert len(_workers() - before) == 2
-        kept = _workers() - before
-        list(loader)
-        assert _workers() - before == kept  # the same threads: not started again
-    else:
-        assert not _workers() - before
-    it = iter(loader)
-    next(it)
-    del it  # dropped mid-epoch
-    gc.collect()
-    if not persistent:
-        assert not _workers() - before
-    del loader
-    gc.collect()
-    assert not _workers() - before
+    check_no_thread_left(
+        _loader(Keyed(), "thread", 2, persistent_workers=persistent), persistent, 2
+    )
 
 
 # --- arguments ----------------------------------------------------------------------------------
@@ -328,16 +309,14 @@ def test_worker_method_is_checked() -> None:
     with pytest.raises(ValueError, match="multiprocessing_context"):
         _loader(Keyed(), "thread", 2, multiprocessing_context="spawn")
 
-    class Stream(torch.utils.data.IterableDataset):
-        def __iter__(self) -> Any:
-            return iter(range(4))
+    from torch.utils.data.datapipes.iter import IterableWrapper  # reseeded per process
 
-    with pytest.raises(ValueError, match="map-style"):
-        seekdata.StatefulDataLoader(Stream(), worker_method="thread")
-    iterable = seekdata.StatefulDataLoader(Stream())
-    with pytest.raises(ValueError, match="map-style"):
-        iterable.worker_method = "thread"
-    assert iterable.worker_method == "multiprocessing"
+    with pytest.raises(ValueError, match="DataPipe"):
+        seekdata.StatefulDataLoader(IterableWrapper(range(4)), worker_method="thread")
+    pipe = seekdata.StatefulDataLoader(IterableWrapper(range(4)))
+    with pytest.raises(ValueError, match="DataPipe"):
+        pipe.worker_method = "thread"
+    assert pipe.worker_method == "multiprocessing"
     loader = _loader(Keyed(), "multiprocessing", 2)
     with pytest.raises(ValueError, match="worker_method must be one of"):
         loader.worker_method = "fork"

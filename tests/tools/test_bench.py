@@ -217,3 +217,54 @@ def test_without_matplotlib_the_table_and_json_come_and_no_plot_is_claimed(
     assert "b.png" not in done.stdout and not out.with_suffix(".png").exists()
     notes = json.loads(out.read_text())["notes"]
     assert any(note.startswith("no plot: matplotlib is not installed") for note in notes)
+
+
+def test_threads_run_beside_processes_with_workers_and_the_advice_says_why(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "b.json"
+    argv = [
+        "--quick",
+        "--no-progress",
+        "--no-resume",
+        "--workers",
+        "0,1",
+        "--workload",
+        "synthetic",
+    ]
+    assert run(*argv, "--out", str(out)) == 0
+    payload = json.loads(out.read_text())
+    rows = {r["num_workers"]: r for r in payload["throughput"]}
+    assert "seekdata threads" not in rows[0] and "pick" not in rows[0]  # no workers: no threads
+    row = rows[1]
+    assert row["seekdata threads"] > 0 and row["threads / processes"] > 0
+    assert len(row["threads / processes rounds"]) == payload["config"]["rounds"]
+    assert row["copy_bytes"] > 0 and row["global_rng"] is True  # numpy global draws
+    assert row["pick"] == "multiprocessing" and "global RNG" in row["why"]
+    printed = capsys.readouterr().out
+    assert "which workers to pick" in printed and f"worker_method='{row['pick']}'" in printed
+    assert any("seekdata threads: worker_method='thread'" in n for n in payload["notes"])
+
+
+def test_a_dataset_drawing_through_seekdata_is_told_its_pick_on_speed(
+    tmp_path: pathlib.Path,
+) -> None:
+    dataset = bench.Synthetic(4096, draw="sample")  # seekdata.sample_rng(): exact in threads
+    assert not bench._report.draws_global_rng(dataset, 8)
+    assert bench._report.draws_global_rng(bench.Synthetic(4096, draw="global"), 8)
+
+
+@pytest.mark.parametrize(
+    ("ratios", "size", "pick", "why"),
+    [
+        ([1.1, 0.98, 1.3], 10, "thread", "as fast or faster"),
+        ([0.9, 1.05, 0.95], 2**30, "thread", "within noise"),
+        ([0.9, 1.05, 0.95], None, "thread", "does not pickle"),
+        ([0.9, 1.05, 0.95], 2**10, "multiprocessing", "small to copy"),
+        ([0.5, 0.6, 0.4], 2**30, "multiprocessing", "holds the GIL"),
+        ([1.5, 1.6, 1.4], 2**30, "multiprocessing", "global RNG"),
+    ],
+)
+def test_the_pick_rule(ratios: list[float], size: int | None, pick: str, why: str) -> None:
+    got, reason = bench._report.pick_workers(ratios, size, global_draws=why == "global RNG")
+    assert got == pick and why in reason, reason

@@ -9,6 +9,7 @@ import json
 import pathlib
 
 import pytest
+import torch
 
 from tests.helpers.scripts import script
 
@@ -97,3 +98,21 @@ def test_remote_backends_prints_its_table_and_writes_its_json(tmp_path: pathlib.
     assert {("s3", "fsspec/s3fs"), ("http", "fsspec/http")} <= set(rows)
     assert rows["s3", "fsspec/s3fs"]["cold_s"] > 0 and rows["s3", "fsspec/s3fs"]["fork"] == "ok"
     assert "| server | back-end | cold start s | 4K p50 ms |" in text
+
+
+def test_threads_memory_part_writes_first_batch_and_pss(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "t.json"
+    text = script("threads.py", "--quick", "--parts", "memory", "--strings", "20000",
+                  "--first-workers", "2", "--out", str(out))  # fmt: skip
+    payload = json.loads(out.read_text())
+    rows = {r["loader"]: r for r in payload["first_batch"]}
+    assert set(rows) == {"seekdata threads", "seekdata processes"}
+    assert all(r["first_batch_s"] > 0 and r["pss_mb"] > 0 for r in rows.values())
+    assert rows["seekdata processes"]["pss_vs_processes"] == 1.0
+    assert "pss_mb" in text and out.with_suffix(".png").stat().st_size > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA it measures (minutes)")
+def test_threads_gpu_says_why_it_measures_nothing_without_cuda(tmp_path: pathlib.Path) -> None:
+    text = script("threads_gpu.py", "--quick", "--out", str(tmp_path / "g.json"))
+    assert "CUDA is not available" in text and not (tmp_path / "g.json").exists()

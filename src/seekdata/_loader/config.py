@@ -229,12 +229,16 @@ class LoaderConfig:
         keys = _keys(args, request, where, stacklevel + 1)
         args["seed"], args["generator"] = keys.seed, None  # used: it decided the seed
         iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-        if iterable and args["worker_method"] == "thread":
+        if (
+            iterable
+            and args["worker_method"] == "thread"
+            and isinstance(dataset, torch.utils.data.IterDataPipe)
+        ):
             raise ValueError(
-                f"{where}: worker_method='thread' runs map-style datasets (a Dataset with "
-                f"__getitem__); an IterableDataset's state is torchdata's, kept per worker "
-                f"process; got an IterableDataset; pass "
-                f"worker_method='multiprocessing', or a map-style dataset (docs/threads.md)"
+                f"{where}: worker_method='thread' runs an IterableDataset in threads that share "
+                f"one process, but a DataPipe is reseeded per worker process by torch "
+                f"(apply_random_seed); got {type(dataset).__name__}; pass "
+                f"worker_method='multiprocessing' (docs/threads.md)"
             )
         _check_batch_transform(args, iterable, where)
         lookahead = _device.prefetch_option(args["device"], args["device_prefetch"], where)

@@ -211,7 +211,10 @@ class Pool:
         seed: int,
         worker_init_fn: Callable[[int], None] | None,
         watch: RngWatch,
+        per_worker: list[Any] | None = None,
     ) -> None:
+        """``per_worker``: each worker's own dataset (its ``get_worker_info().dataset``), where
+        the workers cannot share ``dataset`` (an iterable one with state on itself)."""
         install_worker_info()
         from torch.utils.data._utils.worker import WorkerInfo  # the class torch's workers get
 
@@ -225,7 +228,8 @@ class Pool:
                     i,
                     WorkerInfo(
                         # torch's WorkerInfo.seed (base seed + id): reported, never a key
-                        id=i, num_workers=self.num_workers, seed=seed + i, dataset=dataset,
+                        id=i, num_workers=self.num_workers, seed=seed + i,
+                        dataset=dataset if per_worker is None else per_worker[i],
                         worker_method=THREAD,
                     ),
                     worker_init_fn,
@@ -252,7 +256,8 @@ class Pool:
     def close(self, wait: float | None = None) -> None:
         """Stop the threads and wait for them (each ends after the batch it is on; ``wait``:
         at most so many seconds each)."""
-        _live.discard(self)
+        if _live is not None:  # None once the interpreter tears this module down
+            _live.discard(self)
         shared = self.shared
         with shared.cond:
             if shared.closed:
@@ -280,12 +285,15 @@ class Pool:
         timeout: float,
         failed: Callable[[BaseException], Any],
         owned: bool,
+        phased: bool = True,
     ) -> Iterator[Any]:
         """The results of ``work`` over ``planned``, in order, ``depth`` of them ahead; an error
         in a worker comes out as ``failed(error)``, a value (the loader counts the batch, then
         raises it, as torch counts a batch whose fetch raised). ``owned``: the iterator closes
-        the pool when it ends or is dropped (``persistent_workers=False``)."""
-        return _Run(self, planned, work, depth, timeout, failed, owned)
+        the pool when it ends or is dropped (``persistent_workers=False``). ``phased``: each
+        ``next()`` marks the caller's wait for :class:`RngWatch`; False where the caller marks
+        it around more than one ``next()`` (the iterable path's one batch takes several)."""
+        return _Run(self, planned, work, depth, timeout, failed, owned, phased)
 
 
 def _loop(shared: _Shared, i: int, info: Any, worker_init_fn: Callable[[int], None] | None) -> None:
@@ -358,10 +366,11 @@ class _Run:
         timeout: float,
         failed: Callable[[BaseException], Any],
         owned: bool,
+        phased: bool = True,
     ) -> None:
         self.pool, self.planned, self.work = pool, planned, work
         self.depth, self.timeout, self.failed = max(1, depth), timeout, failed
-        self.owned = owned
+        self.owned, self.phased = owned, phased
         shared = pool.shared
         with shared.cond:
             shared.run += 1
@@ -384,7 +393,11 @@ class _Run:
                 self.exhausted = True
                 break
             k = self.sent
-            shared.queues[k % num_workers].append(_Task(self.run, k, planned, self.work))
+            # batch k goes to worker k % num_workers (torch's round robin), or to the worker
+            # the plan names (an iterable dataset's turn skips workers whose stream ended)
+            worker = getattr(planned, "worker", None)
+            worker = k % num_workers if worker is None else worker
+            shared.queues[worker].append(_Task(self.run, k, planned, self.work))
             self.sent += 1
         shared.cond.notify_all()
 
@@ -392,6 +405,9 @@ class _Run:
         if self.ended:
             raise StopIteration
         shared = self.pool.shared
+        if not self.phased:  # the caller marks its wait itself
+            ok, value = self._wait(shared)
+            return value if ok else self.failed(value)
         watch = shared.watch
         watch.phase += 1  # odd: the caller's thread waits in here (RngWatch)
         try:

@@ -29,7 +29,9 @@ from seekdata._core.steprng import set_step_rng
 from seekdata._loader import workers as _workers
 from seekdata._loader.config import LoaderConfig
 from seekdata._loader.device import DevicePrefetch
+from seekdata._loader.engines.threaded_iterable import ThreadedIterable
 from seekdata._loader.seed import seed_to_adopt
+from seekdata._loader.threads import THREAD
 
 _WORKER_TAG = 0x574B5252  # "WKRR": worker RNG keys (seed, WORKER, epoch, rank, worker)
 _CANNOT_SKIP = (
@@ -114,6 +116,19 @@ class IterableEngine:
                 generator=_streams.torch_generator(seed, _WORKER_TAG),
                 **kwargs,
             )
+        # worker_method="thread": torchdata's per-worker iteration and state, in threads of this
+        # process that never reseed global RNG (a draw from it raises, as for map-style)
+        self.worker_method = config.worker_method
+        self.threaded = ThreadedIterable(self.engine, self.keys.reseed, config.worker_init_fn)
+
+    @property
+    def threads(self) -> bool:
+        """Whether the workers are threads (``worker_method="thread"`` with workers)."""
+        return self.worker_method == THREAD and self.num_workers > 0
+
+    def _engine_state(self) -> dict[str, Any]:
+        """torchdata's state (the same layout under threads: :mod:`.threaded_iterable`)."""
+        return self.threaded.state_dict() if self.threads else self.engine.state_dict()
 
     @property
     def seed(self) -> int:
@@ -142,8 +157,12 @@ class IterableEngine:
             )
 
     def set_option(self, name: str, value: Any) -> None:
+        self.threaded.close()  # persistent thread workers of the old setting
+        if name == "worker_method":
+            self.worker_method = value
+            return
         if name == "worker_init_fn":
-            self.seeder.user_fn = value
+            self.seeder.user_fn = self.threaded.user_fn = value
             return
         if name == "num_workers":
             self.num_workers = value
@@ -222,13 +241,16 @@ class IterableEngine:
         while True:
             with self._scope():
                 if inner is None:
-                    with _workers.starting_workers():
-                        self.seeder.exiting = _workers.exit_flag()
-                        inner = iter(self.engine)
+                    if self.threads:
+                        inner = self.threaded.iterate()
+                    else:
+                        with _workers.starting_workers():
+                            self.seeder.exiting = _workers.exit_flag()
+                            inner = iter(self.engine)
                     self._held = None  # a new torchdata iterator: its state is the live one
                 batch = next(inner, end)
                 if held is not None and batch is not end:
-                    held.append(copy.deepcopy(self.engine.state_dict()))
+                    held.append(copy.deepcopy(self._engine_state()))
             if batch is end:
                 return
             yield batch
@@ -266,7 +288,7 @@ class IterableEngine:
             if self._private is None:  # the state of the stream iter() would start
                 self._private = self._fresh_private()
             with self._scope():
-                engine = self.engine.state_dict()
+                engine = self._engine_state()
         return {
             _state.K_VERSION: _state.VERSION,
             _state.K_KIND: "iterable",
@@ -307,6 +329,7 @@ class IterableEngine:
         self._forward_epoch()
         with _quiet():
             self.engine.load_state_dict(state[_state.K_ENGINE])
+        self.threaded.load_state_dict(state[_state.K_ENGINE])
 
 
 def _num_yielded(engine_state: dict[str, Any]) -> int:

@@ -75,23 +75,30 @@ def make_loader(
     batched_fetch: bool = True,
     step_rng: bool = True,
 ) -> Any:
-    """A shuffled loader of kind ``loader`` over ``dataset``: one of :data:`LOADERS`, or
-    ``"DataLoader + reseed"`` (torch's DataLoader over :class:`Reseeding`, or
-    :class:`ReseedingBatches` for a dataset with ``__getitems__``: the fair baseline for
-    seekdata's default) or ``"grain"`` (when installed; its batches are numpy arrays)."""
+    """A shuffled loader of kind ``loader`` over ``dataset``: one of :data:`LOADERS`,
+    ``"seekdata threads"`` (``worker_method="thread"``; ``reseed_global_rng`` names the
+    generators it watches), or ``"DataLoader + reseed"`` (torch's DataLoader over
+    :class:`Reseeding`, or :class:`ReseedingBatches` for a dataset with ``__getitems__``: the
+    fair baseline for seekdata's default) or ``"grain"`` (when installed; its batches are
+    numpy arrays)."""
     common: dict[str, Any] = {
         "batch_size": batch_size,
         "shuffle": True,
         "num_workers": num_workers,
         "pin_memory": pin_memory,
     }
-    if loader == "seekdata":
+    if loader in ("seekdata", "seekdata threads"):
+        # threads: reseed_global_rng names the generators watched (a global draw raises: it
+        # cannot be exact in threads); the sweep passes False, to time a dataset that draws
+        # (its advice says so: _report.draws_global_rng)
+        method = "thread" if loader == "seekdata threads" else "multiprocessing"
         return StatefulDataLoader(
             dataset,
             seed=seed,
             reseed_global_rng=reseed_global_rng,
             batched_fetch=batched_fetch,
             step_rng=step_rng,
+            worker_method=method,
             **common,
         )
     if loader == "grain":
@@ -108,7 +115,8 @@ def make_loader(
 
         return TorchdataLoader(dataset, generator=generator, **common)
     raise ValueError(
-        f"make_loader: loader must be one of {(*LOADERS, 'DataLoader + reseed', 'grain')}; "
+        f"make_loader: loader must be one of "
+        f"{(*LOADERS, 'seekdata threads', 'DataLoader + reseed', 'grain')}; "
         f"got {loader!r}"
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,77 @@ from seekdata.tools.bench._workloads import (
 WORKLOADS = ("synthetic", "tokens", "image", "batched")
 #: the two ratios of seekdata: to the loader that reseeds as it does, and to torch's plain one
 RATIOS = ("seekdata / DataLoader", "seekdata / DataLoader + reseed")
+#: seekdata with thread workers (``worker_method="thread"``), run beside its process workers
+#: wherever ``num_workers > 0``
+THREADS = "seekdata threads"
+#: threads over processes, the median of the per-round ratios, and the column of the advice
+THREAD_RATIO = "threads / processes"
+PICK = "pick"
+#: a dataset whose pickle is at least this large is "large to copy": each process worker holds
+#: a copy (forked, or unpickled at every epoch without persistent workers); threads share one
+LARGE_COPY = 64 * 2**20
+
+
+def copy_bytes(dataset: Any) -> int | None:
+    """What a process worker copies of ``dataset``: its pickle's size in bytes (None: it does
+    not pickle, so it can only reach worker processes by fork)."""
+    try:
+        return len(pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception:  # any pickling failure: lambdas, open files, locks
+        return None
+
+
+def draws_global_rng(dataset: Any, batch_size: int) -> bool:
+    """Whether ``dataset`` draws from torch's, numpy's or ``random``'s global RNG in a thread
+    worker: two batches under the loader's check (``RngWatch``), which refuses such a draw."""
+    loader = make_loader("seekdata threads", dataset, batch_size, 1, reseed_global_rng=True)
+    it = iter(loader)
+    try:
+        next(it)
+        next(it)
+    except RuntimeError as e:
+        if "global RNG" not in str(e):
+            raise
+        return True
+    finally:
+        del it
+    return False
+
+
+def pick_workers(
+    ratios: list[float], size: int | None, global_draws: bool = False
+) -> tuple[str, str]:
+    """Which workers to use, and why, from the per-round ratios of threads' samples/s to
+    processes' (``size``: :func:`copy_bytes`). Processes when the dataset draws from a global
+    RNG (not exact in threads); else threads when they are at least as fast (the median ratio
+    >= 1), or within noise (some round >= 1) and the dataset is large to copy (>=
+    :data:`LARGE_COPY`, or it does not pickle); processes otherwise."""
+    mid, low, high = median(ratios), min(ratios), max(ratios)
+    spread = f"rounds {low:.2f}-{high:.2f}x"
+    copied = "does not pickle" if size is None else f"pickles to {size / 2**20:,.1f} MiB"
+    if global_draws:
+        return "multiprocessing", (
+            f"the dataset draws from a global RNG, which threads share, so its batches would "
+            f"not be exact in threads (threads ran {mid:.2f}x processes with the check off); "
+            f"draw from seekdata.sample_rng() to use threads"
+        )
+    if mid >= 1.0:
+        return "thread", f"threads are as fast or faster ({mid:.2f}x processes, {spread})"
+    large = size is None or size >= LARGE_COPY
+    if high >= 1.0 and large:
+        return "thread", (
+            f"threads {mid:.2f}x processes is within noise ({spread}) and the dataset {copied}, "
+            f"a copy per process worker that threads do not make"
+        )
+    if high >= 1.0:
+        return "multiprocessing", (
+            f"threads {mid:.2f}x processes is within noise ({spread}) but the dataset {copied}: "
+            f"small to copy, so processes lose nothing"
+        )
+    return "multiprocessing", (
+        f"threads are slower in every round ({mid:.2f}x processes, {spread}): the dataset's "
+        f"work holds the GIL (pure-Python __getitem__), which processes do not share"
+    )
 
 
 def workload(
@@ -69,9 +141,12 @@ def sweep(
 ) -> list[dict[str, Any]]:
     """One row per (workers, batch size, pin_memory) of ``configs``: each loader's median
     samples/s and start-up, and the median of its per-round ratios to its baselines."""
-    names = loaders_for(name)
+    threads = any(nw for nw, _, _ in configs)
+    size = copy_bytes(dataset) if threads else None
+    global_draws = threads and draws_global_rng(dataset, configs[0][1])
     out = []
     for nw, bs, pin in configs:
+        names = loaders_for(name) + ([THREADS] if nw else [])
         warm = warmup if warmup is not None else 5 + 4 * nw
 
         def case(
@@ -79,7 +154,10 @@ def sweep(
         ) -> Callable[[], Any]:
             def measure() -> Any:
                 pinned = pin and loader != "grain"  # grain pins nothing
-                made = make_loader(loader, dataset, bs, nw, pin_memory=pinned)
+                # threads: timed with the global-RNG check off (draws_global_rng decided it)
+                reseed = loader != THREADS
+                made = make_loader(loader, dataset, bs, nw, pin_memory=pinned,
+                                   reseed_global_rng=reseed)  # fmt: skip
                 value = run_loader(made, batches, warm, device)
                 progress.step(f"{name} {loader} w{nw} b{bs}")
                 return value
@@ -97,6 +175,12 @@ def sweep(
                 ratios = [a / b for a, b in zip(rates[loader], rates[base], strict=True)]
                 if base == "DataLoader" or loader == "seekdata":
                     row[f"{loader} / {base}"] = median(ratios)
+        if nw:  # threads beside processes, paired within a round, and the advice
+            paired = [a / b for a, b in zip(rates[THREADS], rates["seekdata"], strict=True)]
+            row[THREAD_RATIO] = median(paired)
+            row[f"{THREAD_RATIO} rounds"] = paired
+            row["copy_bytes"], row["global_rng"] = size, global_draws
+            row[PICK], row["why"] = pick_workers(paired, size, global_draws)
         out.append(row)
     return out
 
@@ -123,7 +207,10 @@ def plot(out: pathlib.Path, throughput: list[dict[str, Any]], resume: list[dict[
     ]
     names = list(
         dict.fromkeys(
-            k for r in throughput for k in r if k in (*LOADERS, "DataLoader + reseed", "grain")
+            k
+            for r in throughput
+            for k in r
+            if k in (*LOADERS, THREADS, "DataLoader + reseed", "grain")
         )
     )
     series = {name: [r.get(name, math.nan) for r in throughput] for name in names}
@@ -151,6 +238,7 @@ _COLORS = {
     "DataLoader + reseed": "#2f2f2f",
     "torchdata": "#e8833a",
     "grain": "#6aa84f",
+    THREADS: "#7fb3f0",
 }
 _PALETTE = ("#8e63b5", "#c9473e", "#2aa198", "#b58900", "#d33682")
 

@@ -13,7 +13,16 @@ import torch
 
 from seekdata.tools.bench._harness import LOADERS, Progress, pyplot, quiet, table, write
 from seekdata.tools.bench._measure import resume_sweep
-from seekdata.tools.bench._report import RATIOS, loaders_for, resume_table, sweep, workload
+from seekdata.tools.bench._report import (
+    PICK,
+    RATIOS,
+    THREAD_RATIO,
+    THREADS,
+    loaders_for,
+    resume_table,
+    sweep,
+    workload,
+)
 from seekdata.tools.bench._report import plot as draw
 
 __all__ = ["run"]
@@ -60,6 +69,17 @@ def _run(args: argparse.Namespace) -> int:
     names = list(dict.fromkeys(name for w in args.workload for name in loaders_for(w)))
     resume_total = 0 if args.no_resume else len(resume_workers) * (1 + len(positions)) * 3
     runs = sum(len(loaders_for(w)) for w in args.workload) * len(configs) * rounds
+    runs += len(args.workload) * sum(1 for w, _, _ in configs if w) * rounds  # threads
+    threads = any(w for w, _, _ in configs)
+    if threads:
+        names.append(THREADS)
+        notes.append(
+            f"{THREADS}: worker_method='thread', run where num_workers > 0 and timed with the "
+            f"global-RNG check off (reseed_global_rng=False); a dataset that draws from a global "
+            f"RNG (the synthetic workload draws from numpy's, as an unmodified dataset does) is "
+            f"not exact in threads, and the advice says so; '{THREAD_RATIO}' is the median of "
+            f"the per-round ratios (docs/threads.md)"
+        )
     progress = Progress(runs + resume_total, enabled=not args.no_progress)
     throughput: list[dict[str, Any]] = []
     try:
@@ -93,7 +113,16 @@ def _run(args: argparse.Namespace) -> int:
     cols = ["workload", "num_workers", "batch_size", "pin_memory", *names]
     ratios = [*RATIOS, "torchdata / DataLoader"]
     ratios += ["grain / DataLoader"] if "grain" in names else []
-    print(table(throughput, [*cols, *ratios]))
+    print(table(throughput, [*cols, *ratios, *([THREAD_RATIO] if threads else [])]))
+    if threads:
+        print("\nwhich workers to pick: worker_method='thread' or 'multiprocessing' (the rule: "
+              "threads when they are at least as fast, or within noise and the dataset is "
+              "large to copy; docs/threads.md)")  # fmt: skip
+        for row in throughput:
+            if PICK in row:
+                print(f"  {row['workload']}, num_workers={row['num_workers']}, batch_size="
+                      f"{row['batch_size']}, pin_memory={row['pin_memory']}: "
+                      f"worker_method='{row[PICK]}': {row['why']}")  # fmt: skip
     print("\nstart-up: iter() -> first batch (ms, median)")
     print(table(throughput, ["workload", "num_workers", "batch_size", "pin_memory",
                              *(f"{name} startup ms" for name in names)]))  # fmt: skip
