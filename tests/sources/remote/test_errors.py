@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from seekdata.sources.remote import faults
-from seekdata.sources.remote.stores import _call
+from seekdata.sources.remote.answers import call_sorted as _call
 
 
 def raising(exc: Exception):

@@ -24,13 +24,13 @@ import re
 from typing import Any
 
 from seekdata.sources.remote import faults as _faults
-from seekdata.sources.remote.stores import (
-    _S3_CODES,
+from seekdata.sources.remote.answers import (
+    S3_CODES,
     TIMEOUT_S,
     Backend,
-    _check_answer,
-    _check_length,
-    _status,
+    check_answer,
+    check_length,
+    check_status,
 )
 
 #: ``storage_options`` keys this back-end maps onto obstore's ``S3Store`` (others: fsspec)
@@ -124,7 +124,7 @@ def make(bucket: str, kwargs: dict[str, Any]) -> Any:
 
 
 class ObstoreS3Backend(Backend):
-    """``s3://`` through obstore: the five operations of :class:`~.stores.Backend`, checked
+    """``s3://`` through obstore: the five operations of :class:`~.answers.Backend`, checked
     (``fs`` is None: no fsspec filesystem)."""
 
     def __init__(self, store: Any, root: str) -> None:
@@ -152,9 +152,9 @@ class ObstoreS3Backend(Backend):
                 f"{got[0]}-{got[1] - 1} (another range)",
             )
         meta = result.meta
-        _check_answer(f"bytes {start}-{stop - 1}/{meta['size']}", meta.get("e_tag"), etag, size)
+        check_answer(f"bytes {start}-{stop - 1}/{meta['size']}", meta.get("e_tag"), etag, size)
         data = _call(lambda: bytes(result.bytes()))
-        _check_length(data, stop - start)
+        check_length(data, stop - start)
         return data
 
     def tail(self, key: str, nbytes: int) -> tuple[int, str | None, bytes]:
@@ -163,7 +163,7 @@ class ObstoreS3Backend(Backend):
         result = _call(lambda: obstore.get(self.store, key, options={"range": {"suffix": nbytes}}))
         meta = result.meta
         data = _call(lambda: bytes(result.bytes()))
-        _check_length(data, min(nbytes, int(meta["size"])))
+        check_length(data, min(nbytes, int(meta["size"])))
         return int(meta["size"]), meta.get("e_tag"), data
 
     def whole(self, key: str) -> bytes:
@@ -181,7 +181,7 @@ _STATUS = re.compile(r"status code: (\d{3})")
 
 
 def _call(fn: Any) -> Any:
-    """``fn()``, obstore's errors sorted as :func:`.stores._call` sorts fsspec's: a changed
+    """``fn()``, obstore's errors sorted as :func:`.answers.call_sorted` sorts fsspec's: a changed
     object, a permanent failure (by the HTTP status or the S3 code in the error), a refused
     connection (``ConnectionRefusedError``), else a transient failure."""
     from obstore import exceptions as ox
@@ -196,12 +196,12 @@ def _call(fn: Any) -> Any:
         raise _faults.Permanent("denied", _faults.line(exc)) from None
     except ox.BaseError as exc:
         text = str(exc)
-        for code, kind in _S3_CODES:
+        for code, kind in S3_CODES:
             if code in text:
                 raise _faults.Permanent(kind, _faults.line(exc)) from None
         status = _STATUS.search(text)
         if status is not None:
-            _status(int(status.group(1)))  # raises for every status but 200 and 206
+            check_status(int(status.group(1)))  # raises for every status but 200 and 206
         if "Connection refused" in text or "ConnectionRefused" in text:
             raise ConnectionRefusedError(_faults.line(exc)) from None
         raise _faults.Transient(_faults.line(exc)) from None

@@ -45,13 +45,23 @@ asked and what came back, never retried (the server would answer the same).
 from __future__ import annotations
 
 import os
-import re
 import threading
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from seekdata.sources.remote import faults as _faults
+from seekdata.sources.remote.answers import (
+    LAST_MODIFIED,
+    TIMEOUT_S,
+    Backend,
+    call_sorted,
+    check_answer,
+    check_length,
+    check_range,
+    check_status,
+    total_of,
+)
 from seekdata.sources.remote.urls import Location
 
 #: The extra that installs the back-end for each kind of store.
@@ -70,11 +80,6 @@ PACKAGES = {
     "gs": ("fsspec", "gcsfs"),
     "az": ("fsspec", "adlfs"),
 }
-#: Seconds one request may take, its body included (and less when the read it belongs to
-#: has less left of ``faults.DEADLINE_S``).
-TIMEOUT_S = 120.0
-#: How a version taken from ``Last-Modified`` (a server that sends no ``ETag``) is written.
-LAST_MODIFIED = "last-modified: "
 
 
 #: The ``storage_options`` key that picks the client library: ``"auto"`` (the default:
@@ -344,38 +349,6 @@ def _make_backend(loc: Location, options: dict[str, Any]) -> Backend:
         ) from None  # the cause may quote a secret
 
 
-class Backend:
-    """A store reached through an fsspec filesystem's public, synchronous API (Azure): sizes
-    and ``ETag`` from ``info``, ranges from ``cat_file`` — checked for their length; a change
-    of the object is seen when a dataset is built, not at each read."""
-
-    def __init__(self, fs: Any, root: str) -> None:
-        self.fs, self.root = fs, root
-
-    def path(self, key: str) -> str:
-        return f"{self.root.split('://', 1)[1]}/{key}"
-
-    def info(self, key: str) -> tuple[int, str | None]:
-        info = _call(lambda: self.fs.info(self.path(key)))
-        etag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
-        return int(info["size"]), None if etag is None else str(etag)
-
-    def get(self, key: str, start: int, stop: int, etag: str | None, size: int) -> bytes:
-        data = _call(lambda: self.fs.cat_file(self.path(key), start=start, end=stop))
-        _check_length(data, stop - start)
-        return bytes(data)
-
-    def tail(self, key: str, nbytes: int) -> tuple[int, str | None, bytes]:
-        size, etag = self.info(key)
-        return size, etag, self.get(key, max(0, size - nbytes), size, etag, size)
-
-    def whole(self, key: str) -> bytes:
-        return bytes(_call(lambda: self.fs.cat_file(self.path(key))))
-
-    def put(self, key: str, data: bytes) -> None:
-        _call(lambda: self.fs.pipe_file(self.path(key), data))
-
-
 class S3Backend(Backend):
     """S3 through s3fs's client: every range GET carries ``If-Match``, and its answer's
     ``ETag`` and total size (``Content-Range``) are compared with the index's."""
@@ -388,7 +361,7 @@ class S3Backend(Backend):
                     out["Body"] = await body.read()
             return out
 
-        return _call(lambda: _sync(self.fs.loop, call))
+        return call_sorted(lambda: _sync(self.fs.loop, call))
 
     def _where(self, key: str) -> dict[str, str]:
         return {"Bucket": self.root.split("://", 1)[1], "Key": key}
@@ -403,15 +376,15 @@ class S3Backend(Backend):
             "get_object", Range=f"bytes={start}-{stop - 1}", **self._where(key), **extra
         )
         status = int(out.get("ResponseMetadata", {}).get("HTTPStatusCode", 206))
-        _check_range(status, out.get("ContentRange"), start, stop, size, etag, out.get("ETag"))
-        _check_answer(out.get("ContentRange"), out.get("ETag"), etag, size)
-        _check_length(out["Body"], stop - start)
+        check_range(status, out.get("ContentRange"), start, stop, size, etag, out.get("ETag"))
+        check_answer(out.get("ContentRange"), out.get("ETag"), etag, size)
+        check_length(out["Body"], stop - start)
         return bytes(out["Body"])
 
     def tail(self, key: str, nbytes: int) -> tuple[int, str | None, bytes]:
         out = self._run("get_object", Range=f"bytes=-{nbytes}", **self._where(key))
-        total = _total(out.get("ContentRange")) or int(out["ContentLength"])
-        _check_length(out["Body"], min(nbytes, total))
+        total = total_of(out.get("ContentRange")) or int(out["ContentLength"])
+        check_length(out["Body"], min(nbytes, total))
         return total, out.get("ETag"), bytes(out["Body"])
 
     def whole(self, key: str) -> bytes:
@@ -445,8 +418,8 @@ class HTTPBackend(Backend):
                 body = await r.read() if method == "GET" and r.status in (200, 206) else b""
                 return r.status, r.headers, body
 
-        status, answer, body = _call(lambda: _sync(self.fs.loop, call))
-        _status(status)
+        status, answer, body = call_sorted(lambda: _sync(self.fs.loop, call))
+        check_status(status)
         return status, answer, body
 
     def info(self, key: str) -> tuple[int, str | None]:
@@ -477,9 +450,9 @@ class HTTPBackend(Backend):
                 f"asked for bytes {start}-{stop - 1} of {size}, the server answered {status} "
                 f"with an HTML page ({len(body)} bytes, Content-Type {answer['Content-Type']})",
             )
-        _check_range(status, answer.get("Content-Range"), start, stop, size, etag, now)
-        _check_answer(answer.get("Content-Range"), now, etag, size)
-        _check_length(body, stop - start)
+        check_range(status, answer.get("Content-Range"), start, stop, size, etag, now)
+        check_answer(answer.get("Content-Range"), now, etag, size)
+        check_length(body, stop - start)
         return body
 
     def tail(self, key: str, nbytes: int) -> tuple[int, str | None, bytes]:
@@ -491,13 +464,13 @@ class HTTPBackend(Backend):
                 f"asked for its last {nbytes} bytes, the server answered 200 with "
                 + (f"an HTML page ({len(body)} bytes)" if html else f"all {len(body)} bytes"),
             )
-        total = _total(answer.get("Content-Range")) if status == 206 else len(body)
+        total = total_of(answer.get("Content-Range")) if status == 206 else len(body)
         if total is None:
             raise _faults.Permanent("invalid", "the server's answer has no Content-Range")
         if status == 206:
-            _check_range(status, answer.get("Content-Range"), max(0, total - nbytes), total,
+            check_range(status, answer.get("Content-Range"), max(0, total - nbytes), total,
                          total, None, None)  # fmt: skip
-        _check_length(body, min(nbytes, total))
+        check_length(body, min(nbytes, total))
         return total, _http_version(answer), body
 
     def whole(self, key: str) -> bytes:
@@ -505,19 +478,6 @@ class HTTPBackend(Backend):
 
     def put(self, key: str, data: bytes) -> None:
         raise _faults.Permanent("read-only", "an http(s) store is read only")
-
-
-def _status(status: int) -> None:
-    if status in (200, 206):
-        return
-    kinds = {404: "missing", 410: "missing", 401: "denied", 403: "denied", 412: "changed"}
-    if status in kinds:
-        if kinds[status] == "changed":
-            raise _faults.Changed("the server refused If-Match (412): its ETag is another")
-        raise _faults.Permanent(kinds[status], f"HTTP {status}")
-    if status == 429 or status >= 500 or status == 408:
-        raise _faults.Transient(f"HTTP {status}")
-    raise _faults.Permanent("invalid", f"HTTP {status}")
 
 
 def _sync(loop: Any, call: Any) -> Any:
@@ -542,118 +502,6 @@ def _http_version(answer: Any, like: str | None = None) -> str | None:
     if etag is not None:
         return str(etag)
     return None if modified is None else LAST_MODIFIED + modified
-
-
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
-
-
-def _check_range(
-    status: int, content_range: Any, start: int, stop: int, size: int, etag: Any, now: Any
-) -> None:
-    """That an answer to a request for bytes ``[start, stop)`` holds those bytes: a ``206``
-    whose ``Content-Range`` is exactly them, or a ``200`` for a request of the whole object
-    that carries its recorded version (``etag``; ``now``: the answer's). A
-    :class:`~._faults.Permanent` ("range") naming what was asked and what came back, else."""
-    asked = f"asked for bytes {start}-{stop - 1} of {size}"
-    if status == 200:
-        if start == 0 and stop == size and etag is not None and now == etag:
-            return  # the whole object, provably the version the index describes
-        why = (
-            "not the whole object"
-            if (start, stop) != (0, size)
-            else "with no version to prove it the object the index describes"
-        )
-        raise _faults.Permanent(
-            "range",
-            f"{asked}, the server answered 200 (a whole answer, {why}): it does not honour Range",
-        )
-    match = _CONTENT_RANGE.match(str(content_range or ""))
-    if match is None:
-        raise _faults.Permanent(
-            "range", f"{asked}, the server answered {status} with Content-Range {content_range!r}"
-        )
-    a, b, total = int(match.group(1)), int(match.group(2)), match.group(3)
-    if total != "*" and int(total) != size:
-        raise _faults.Changed(f"size {size} → {total} bytes")
-    if (a, b) != (start, stop - 1):
-        raise _faults.Permanent(
-            "range", f"{asked}, the server answered bytes {a}-{b}/{total} (another range)"
-        )
-
-
-def _total(content_range: Any) -> int | None:
-    """The object's size from a ``Content-Range: bytes a-b/total`` header."""
-    if not content_range or "/" not in str(content_range):
-        return None
-    total = str(content_range).rsplit("/", 1)[1].strip()
-    return int(total) if total.isdigit() else None
-
-
-def _check_answer(content_range: Any, now: Any, etag: str | None, size: int) -> None:
-    total = _total(content_range)
-    if total is not None and total != size:
-        raise _faults.Changed(f"size {size} → {total} bytes")
-    if etag is not None and now is not None and now != etag:
-        if etag.startswith(LAST_MODIFIED):
-            n = len(LAST_MODIFIED)
-            raise _faults.Changed(f"Last-Modified {etag[n:]} → {str(now)[n:]}")
-        raise _faults.Changed(f"ETag {etag} → {now}")
-
-
-def _check_length(data: Any, want: int) -> None:
-    if len(data) != want:
-        raise _faults.Transient(f"{len(data)} of {want} bytes arrived")
-
-
-#: S3 error codes that no retry mends, and what they mean
-_S3_CODES = (
-    ("NoSuchKey", "missing"),
-    ("NoSuchBucket", "missing"),
-    ("AccessDenied", "denied"),
-    ("InvalidAccessKeyId", "denied"),
-    ("SignatureDoesNotMatch", "denied"),
-    ("InvalidRange", "invalid"),
-    ("ExpiredToken", "denied"),
-    ("InvalidToken", "denied"),
-)
-#: botocore's errors for credentials that were not found or could not be loaded: no retry
-#: finds them
-_CREDENTIAL_ERRORS = (
-    "NoCredentialsError",
-    "PartialCredentialsError",
-    "CredentialRetrievalError",
-    "NoAuthTokenError",
-    "UnauthorizedSSOTokenError",
-    "SSOTokenLoadError",
-)
-
-
-#: a 412 status in an error's text, not the digits inside a port, an address or a number
-_STATUS_412 = re.compile(r"(?<![\w.:/-])412(?![\w.:])")
-
-
-def _call(fn: Any) -> Any:
-    """``fn()``, its errors sorted: a permanent one as :class:`~._faults.Permanent`, an
-    object changed under its index as :class:`~._faults.Changed`, the rest as they are (the
-    retry loop treats network errors as transient)."""
-    try:
-        return fn()
-    except (_faults.Transient, _faults.Changed, _faults.Permanent):
-        raise
-    except FileNotFoundError as exc:
-        raise _faults.Permanent("missing", _faults.line(exc)) from None
-    except PermissionError as exc:
-        raise _faults.Permanent("denied", _faults.line(exc)) from None
-    except Exception as exc:
-        if any(c.__name__ in _CREDENTIAL_ERRORS for c in type(exc).__mro__):
-            raise _faults.Permanent("credentials", _faults.line(exc)) from None
-        text = f"{exc!r} {exc.__cause__!r}"
-        if "PreconditionFailed" in text or _STATUS_412.search(text):
-            raise _faults.Changed("the store refused If-Match (412): its ETag is another") from None
-        for code, kind in _S3_CODES:
-            if code in text:
-                raise _faults.Permanent(kind, _faults.line(exc)) from None
-        raise
 
 
 class GCSBackend(Backend):
@@ -733,13 +581,13 @@ class GCSBackend(Backend):
         now = answer.get("X-Goog-Generation")
         if now is None and "ifGenerationMatch" in params:
             now = etag  # GCS itself held the answer to that generation
-        _check_range(status, answer.get("Content-Range"), start, stop, size, etag, now)
-        total = _total(answer.get("Content-Range"))
+        check_range(status, answer.get("Content-Range"), start, stop, size, etag, now)
+        total = total_of(answer.get("Content-Range"))
         if total is not None and total != size:
             raise _faults.Changed(f"size {size} → {total} bytes")
         if etag is not None and now is not None and now != etag:
             raise _faults.Changed(f"generation {etag} → {now}")
-        _check_length(body, stop - start)
+        check_length(body, stop - start)
         return body
 
     def tail(self, key: str, nbytes: int) -> tuple[int, str | None, bytes]:
@@ -750,10 +598,10 @@ class GCSBackend(Backend):
         if generation is None:  # a server that does not say: its generation, then those bytes
             size, generation = self.info(key)
             return size, generation, self.get(key, max(0, size - nbytes), size, generation, size)
-        total = _total(answer.get("Content-Range")) if status == 206 else len(body)
+        total = total_of(answer.get("Content-Range")) if status == 206 else len(body)
         if total is None:
             raise _faults.Permanent("invalid", "the server's answer has no Content-Range")
-        _check_length(body, min(nbytes, total))
+        check_length(body, min(nbytes, total))
         return total, str(generation), body
 
     def whole(self, key: str) -> bytes:
