@@ -658,6 +658,16 @@ class Table:
     columns: dict[str, list[Any]]
     fix_args: str = ""
 
+    @classmethod
+    def empty(cls, n: int, family: str, fix_args: str = "") -> Table:
+        """A table of ``n`` files no manifest describes (each filled with :meth:`fill`)."""
+        return cls(
+            family=family, manifests=[], params=[], sections=[],
+            source=np.full(n, -1, dtype=np.int32), size=np.zeros(n, dtype=np.int64),
+            items=np.zeros(n, dtype=np.int64), stamp=np.zeros(n, dtype=np.uint64),
+            digests=np.zeros((n, DIGEST_BYTES), dtype=np.uint8), columns={}, fix_args=fix_args,
+        )  # fmt: skip
+
     def covered(self) -> np.ndarray:
         """Which files a manifest describes (bool)."""
         return self.source >= 0
@@ -747,8 +757,12 @@ def for_files(
         groups = {}
         for k, url in enumerate(urls):
             folder = folder_of(url)
-            if folder is not None:
-                groups.setdefault(folder, []).append(k)
+            if folder is None:
+                continue
+            # a remote URL that names no object: refused before any request
+            if (folder not in groups or not _basename(url)) and is_remote(url):
+                locate(url, stores.options if stores is not None else None)
+            groups.setdefault(folder, []).append(k)
     for place, members in groups.items():
         url = place if named else manifest_url(place, family, index_dir)
         got = read_url(url, family, stores=stores)
@@ -784,19 +798,12 @@ def for_files(
         )
     if not found:
         return None
-    table = Table(
-        family=family,
-        manifests=[m.url for m in found],
-        params=[m.params for m in found],
-        sections=[m.sections for m in found],
-        source=source,
-        size=np.zeros(n, dtype=np.int64),
-        items=np.zeros(n, dtype=np.int64),
-        stamp=np.zeros(n, dtype=np.uint64),
-        digests=np.zeros((n, DIGEST_BYTES), dtype=np.uint8),
-        columns={c: [None] * n for c in columns},
-        fix_args=fix_args,
-    )
+    table = Table.empty(n, family, fix_args)
+    table.manifests = [m.url for m in found]
+    table.params = [m.params for m in found]
+    table.sections = [m.sections for m in found]
+    table.source = source
+    table.columns = {c: [None] * n for c in columns}
     for s, m in enumerate(found):
         idx = np.flatnonzero(source == s)
         at = rows[idx]
