@@ -161,7 +161,7 @@ def test_a_dataset_reads_one_manifest_per_folder_in_its_own_order(tmp_path: path
     assert table.items.tolist() == [r["items"] for r in picked]
     assert table.size.tolist() == [r["size"] for r in picked]
     assert [bytes(d).hex() for d in table.digests] == [r["digest"] for r in picked]
-    assert table.columns["first_key"] == [r["first_key"] for r in picked]
+    assert table.columns["first_key"].tolist() == [r["first_key"] for r in picked]
     assert table.params == [{"decode": None}] * 2
     assert mf.for_files(urls, "tar", manifest=False) is None
     # a named manifest describes every file, looked up by basename
