@@ -181,6 +181,14 @@ def test_a_file_not_in_its_folders_manifest_is_refused_naming_it(tmp_path: pathl
     assert f"seekdata index {added} --index-dir x" in text and "manifest=False" in text
 
 
+def test_a_manifest_of_other_files_of_the_folder_is_not_used(tmp_path: pathlib.Path) -> None:
+    urls, _ = two_folders(tmp_path)
+    others = [str(tmp_path / "a" / "train-0.tar"), str(tmp_path / "a" / "train-1.tar")]
+    assert mf.for_files(others, "tar") is None  # another dataset's manifest: read without one
+    with pytest.raises(ValueError, match=r"train-0\.tar is not in the manifest"):
+        mf.for_files([*urls, *others], "tar")  # some of them listed, some not: stale, refused
+
+
 def test_folders_without_a_manifest_keep_todays_path(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

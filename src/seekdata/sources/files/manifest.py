@@ -43,7 +43,8 @@ What a dataset does with it (:func:`for_files`)
     files' indexes read at construction) and, above :data:`MANY_FILES` such files, a warning
     names the ``seekdata index`` command that makes the start O(1). The dataset's files are
     looked up by basename; the manifest may list more (a train/val split of one folder), and
-    the dataset keeps its own order, never the manifest's. The result, a :class:`Table`, holds
+    the dataset keeps its own order, never the manifest's. A manifest that lists none of a
+    dataset's files of its folder is another dataset's: those files are read as without one. The result, a :class:`Table`, holds
     the files' columns in the dataset's order, a few numpy arrays (about 48 bytes per file).
 
 Stale manifests are refused, naming the file, the manifest and the fix
@@ -755,8 +756,9 @@ def for_files(
 ) -> Table | None:
     """The rows of the files ``urls`` in their folders' manifests, in ``urls``'s order: one
     read per folder (``manifest=None``), none (``False``), or the one manifest named. None when
-    no manifest describes any of them. A file whose folder has a manifest that does not list it
-    is refused, naming the file, the manifest and the fix. Above :data:`MANY_FILES` files
+    no manifest describes any of them. A file whose folder's manifest lists others of the
+    dataset's files but not it (added since) is refused, naming the file, the manifest and the
+    fix; a manifest that lists none of them is another dataset's, and is not used. Above :data:`MANY_FILES` files
     without a manifest (and ``manifest=None``), a warning names the ``seekdata index`` command
     (``pattern``: the dataset's files as the user wrote them; ``fix_args``: the family's
     options of that command, e.g. ``" --eos-id 0"``)."""
@@ -784,6 +786,8 @@ def for_files(
             continue
         basenames = [urls[k].rpartition("/")[2] for k in members]
         at, ok = _find(got.names, basenames)
+        if not named and not ok.any():
+            continue  # none of them: another dataset's folder manifest, not a stale one of theirs
         if not ok.all():
             first = members[int(np.flatnonzero(~ok)[0])]
             raise ValueError(
