@@ -44,8 +44,9 @@ What a dataset does with it (:func:`for_files`)
     names the ``seekdata index`` command that makes the start O(1). The dataset's files are
     looked up by basename; the manifest may list more (a train/val split of one folder), and
     the dataset keeps its own order, never the manifest's. A manifest that lists none of a
-    dataset's files of its folder is another dataset's: those files are read as without one. The result, a :class:`Table`, holds
-    the files' columns in the dataset's order, a few numpy arrays (about 48 bytes per file).
+    dataset's files of its folder is another dataset's: those files are read as without one.
+    The result, a :class:`Table`, holds the files' columns in the dataset's order, a few numpy
+    arrays (about 48 bytes per file).
 
 Stale manifests are refused, naming the file, the manifest and the fix
     A file not in its folder's manifest: at construction (:func:`for_files`). A file changed or
@@ -758,8 +759,9 @@ def for_files(
     read per folder (``manifest=None``), none (``False``), or the one manifest named. None when
     no manifest describes any of them. A file whose folder's manifest lists others of the
     dataset's files but not it (added since) is refused, naming the file, the manifest and the
-    fix; a manifest that lists none of them is another dataset's, and is not used. Above :data:`MANY_FILES` files
-    without a manifest (and ``manifest=None``), a warning names the ``seekdata index`` command
+    fix; a manifest that lists none of them is another dataset's, and is not used. Above
+    :data:`MANY_FILES` files without a manifest (and ``manifest=None``), a warning names the
+    ``seekdata index`` command
     (``pattern``: the dataset's files as the user wrote them; ``fix_args``: the family's
     options of that command, e.g. ``" --eos-id 0"``)."""
     if manifest is False:
