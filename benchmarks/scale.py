@@ -115,7 +115,13 @@ def main() -> None:
                    help="also put this many shards (and indexes) in the bucket")  # fmt: skip
     p.add_argument("--index-shards", type=int, default=400,
                    help="shards of 100 samples for seekdata index -j 1/-j 2")  # fmt: skip
+    p.add_argument("--from-json", type=pathlib.Path, metavar="FILE",
+                   help="measure nothing: print the tables and draw the plot of FILE")  # fmt: skip
     args = p.parse_args()
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text())
+        report(args, saved["construction"], saved["index"], saved["bytes_per_file"], write=False)
+        return
     sizes = [100, 1000] if args.quick else [int(x) for x in args.sizes.split(",")]
     count = 1 if args.quick else args.rounds
     root = pathlib.Path(tempfile.mkdtemp(prefix="seekdata-scale-"))
@@ -172,6 +178,17 @@ def main() -> None:
             per_file[where] = held / (b["files"] - a["files"])
             for r in mine:
                 r["bytes_per_file"] = per_file[where]
+    report(args, rows, index_rows, per_file)
+
+
+def report(
+    args: Any,
+    rows: list[dict[str, Any]],
+    index_rows: list[dict[str, Any]],
+    per_file: dict[str, float],
+    write: bool = True,
+) -> None:
+    """Print the tables, write the JSON (``write``) and draw the plot."""
     print()
     print(C.markdown(rows, [
         ("where", "corpus", "{}"), ("files", "shards", "{:,}"), ("s", "TarShards(...) s", "{:.3f}"),
@@ -183,9 +200,10 @@ def main() -> None:
             ("jobs", "seekdata index -j", "{}"), ("shards", "shards", "{:,}"),
             ("s", "wall s", "{:.2f}"), ("speedup", "speed-up", "{:.2f}×"),
         ], numbers=True))  # fmt: skip
-    out = C.write(args, {"construction": rows, "index": index_rows, "bytes_per_file": per_file},
-                  cpus_note="shared 2-core machine")  # fmt: skip
-    print(f"\nwrote {out}")
+    if write:
+        results = {"construction": rows, "index": index_rows, "bytes_per_file": per_file}
+        out = C.write(args, results, cpus_note="shared 2-core machine")
+        print(f"\nwrote {out}")
 
     def draw(plt: Any) -> Any:
         fig, (cost, mem) = plt.subplots(1, 2, figsize=(9, 3.6))
@@ -197,14 +215,16 @@ def main() -> None:
                      marker="o", label=where)  # fmt: skip
         cost.set(xscale="log", yscale="log", xlabel="shards", ylabel="seconds",
                  title="a fresh TarShards(...) (after imports)")  # fmt: skip
-        mem.set(xscale="log", xlabel="shards", ylabel="bytes per shard (URLs aside)",
-                title="memory held after construction")  # fmt: skip
+        mem.set(xscale="log", yscale="log", xlabel="shards",
+                ylabel="bytes held per shard (URLs aside)",
+                title="memory after construction, per shard")  # fmt: skip
         for ax in (cost, mem):
             ax.grid(alpha=0.3)
         cost.legend(fontsize=8)
         return fig
 
-    C.plot(pathlib.Path(args.out).with_suffix(".png"), draw)
+    out_png = (args.from_json or pathlib.Path(args.out)).with_suffix(".png")
+    C.plot(out_png, draw)
 
 
 if __name__ == "__main__":
