@@ -303,9 +303,14 @@ def _plain(value: Any) -> Any:
 
 
 def _names_array(names: Sequence[str]) -> np.ndarray:
-    encoded = [n.encode() for n in names]
-    width = max((len(b) for b in encoded), default=1)
-    return np.array(encoded, dtype=f"S{max(1, width)}")
+    """``names`` as fixed-width UTF-8 bytes (numpy ``S``): ASCII names at numpy's speed."""
+    if not len(names):
+        return np.zeros(0, dtype="S1")
+    try:
+        return np.array(names, dtype=str).astype("S")
+    except UnicodeEncodeError:
+        encoded = [n.encode() for n in names]
+        return np.array(encoded, dtype=f"S{max(1, max(map(len, encoded)))}")
 
 
 def _find(names: np.ndarray, basenames: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
