@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from seekdata.sources.files import manifest as mf
+from seekdata.sources.files import manifest
 from seekdata.sources.wds import tarindex
 
 DATA = 8  # bytes of each sample's one member
@@ -67,7 +67,7 @@ def _entry(i: int, url: str, size: int, stamp: str) -> dict[str, Any]:
     """The shard's manifest row: ``tarindex.manifest_entry`` of its index (the same digest,
     fed the same bytes, without building the index object)."""
     key = f"k{i:07d}"
-    digest = mf.digest_of(key, "bin", *_CHUNKS, "1024")
+    digest = manifest.digest_of(key, "bin", *_CHUNKS, "1024")
     name = url.rsplit("/", 1)[-1]
     return {"name": name, "size": size, "stamp": stamp, "items": 1, "digest": digest,
             "first_key": key, "last_key": key}  # fmt: skip
@@ -90,7 +90,7 @@ def _put(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def write_local(folder: pathlib.Path, n: int, manifest: bool = True) -> str:
+def write_local(folder: pathlib.Path, n: int, with_manifest: bool = True) -> str:
     """``n`` shards in ``folder``, each with its index beside it, and the folder's manifest;
     returns their brace pattern."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -100,11 +100,11 @@ def write_local(folder: pathlib.Path, n: int, manifest: bool = True) -> str:
         _put(url, shard_bytes(i))
         st = os.stat(url)
         _put(url + tarindex.INDEX_SUFFIX, _index_json(i, url, st.st_size, st.st_mtime_ns))
-        return _entry(i, url, st.st_size, mf.local_stamp(st))
+        return _entry(i, url, st.st_size, manifest.local_stamp(st))
 
     entries = list(_many(one, n))
-    if manifest:
-        mf.write(str(folder), "tar", entries, {})
+    if with_manifest:
+        manifest.write(str(folder), "tar", entries, {})
     return pattern(str(folder), n)
 
 
@@ -133,5 +133,5 @@ def write_s3(
         return _entry(i, url, len(data), etag)
 
     entries = list(_many(one, n))
-    mf.write(folder, "tar", entries, {}, stores=stores)
+    manifest.write(folder, "tar", entries, {}, stores=stores)
     return pattern(folder, n)

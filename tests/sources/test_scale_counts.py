@@ -14,7 +14,7 @@ import pytest
 
 import seekdata
 from seekdata import _servers
-from seekdata.sources.files import manifest as mf
+from seekdata.sources.files import manifest
 from seekdata.sources.remote import Stores
 from seekdata.sources.wds import tarindex
 from seekdata.wds import TarShards
@@ -54,7 +54,7 @@ def test_construction_opens_one_file_and_a_resume_only_its_batchs_shards(corpus:
     with opens.counting() as opened:
         ds = TarShards(corpus)
     mine = [p for p in opened if p.startswith(folder)]
-    assert mine == [os.path.join(folder, mf.manifest_name("tar"))] and len(mine) <= 3
+    assert mine == [os.path.join(folder, manifest.manifest_name("tar"))] and len(mine) <= 3
     assert len(ds) == N and ds._lazy.made == 0
     state, indices = at_90_percent(ds)
     shards = {ds.shard_of(i) for i in indices}
@@ -64,7 +64,7 @@ def test_construction_opens_one_file_and_a_resume_only_its_batchs_shards(corpus:
         batch = next(iter(again))
     assert batch == [f"k{i:07d}" for i in indices]  # one sample per shard: key k<i>
     names = [os.path.basename(p) for p in opened if p.startswith(folder)]
-    want = [mf.manifest_name("tar")]
+    want = [manifest.manifest_name("tar")]
     for s in shards:
         want += [tiny_shards.name(s, N), tiny_shards.name(s, N) + tarindex.INDEX_SUFFIX]
     assert sorted(names) == sorted(want)
@@ -83,7 +83,7 @@ def test_over_s3_construction_is_one_request_and_a_resume_its_batchs(
     ds = TarShards(pattern, storage_options=options)
     log = proxy.stats()["log"]
     assert [(e["method"], os.path.basename(e["path"])) for e in log] == [
-        ("GET", mf.manifest_name("tar"))
+        ("GET", manifest.manifest_name("tar"))
     ]
     assert len(ds) == N
     again = loader(ds)

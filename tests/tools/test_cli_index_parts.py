@@ -14,7 +14,7 @@ import sys
 import pytest
 import webdataset as wds
 
-from seekdata.sources.files import manifest as mf
+from seekdata.sources.files import manifest
 from seekdata.sources.wds import tarindex
 from seekdata.tools.cli import main
 from seekdata.wds import TarShards
@@ -40,7 +40,7 @@ def run(*argv: str, script: list[str] | None = None) -> subprocess.CompletedProc
 
 def test_four_parts_write_the_manifest_one_process_writes(tmp_path: pathlib.Path) -> None:
     pattern = write(tmp_path)
-    name = mf.manifest_name("tar")
+    name = manifest.manifest_name("tar")
     assert run("index", pattern).returncode == 0
     one = (tmp_path / name).read_bytes()
     for path in [tmp_path / name, *tmp_path.glob("*" + tarindex.INDEX_SUFFIX)]:
@@ -77,13 +77,13 @@ def test_parts_meet_with_merge_when_run_one_after_another(
     pattern = write(tmp_path, 6)
     assert main(["index", pattern, "--part", "0/3"]) == 0
     assert "2 part records to come" in capsys.readouterr().out
-    assert not (tmp_path / mf.manifest_name("tar")).exists()
+    assert not (tmp_path / manifest.manifest_name("tar")).exists()
     assert main(["index", pattern, "--merge", "3"]) == 2  # parts 1 and 2 of 3 not there yet
     assert "--merge: 2 part records are not there yet" in capsys.readouterr().err
     assert main(["index", pattern, "--part", "1/3"]) == 0
     assert main(["index", pattern, "--part", "2/3"]) == 0
     out = capsys.readouterr().out
-    assert f"manifest {tmp_path / mf.manifest_name('tar')}: 6 files" in out
+    assert f"manifest {tmp_path / manifest.manifest_name('tar')}: 6 files" in out
     assert len(TarShards(pattern)) == sum(1 + s % 4 for s in range(6))
     for bad in ("4/4", "1", "a/b", "2/0"):
         assert main(["index", pattern, "--part", bad]) == 2
@@ -95,11 +95,11 @@ def test_a_killed_build_resumes_and_indexes_only_the_rest(tmp_path: pathlib.Path
     killed = run("9", "index", pattern, script=[sys.executable, str(SCRIPTS / "_index_killed.py")])
     assert killed.returncode == -9, killed.stderr  # SIGKILL, after its 9th index
     found = sorted(tmp_path.glob("*" + tarindex.INDEX_SUFFIX))
-    assert len(found) == 9 and not (tmp_path / mf.manifest_name("tar")).exists()
+    assert len(found) == 9 and not (tmp_path / manifest.manifest_name("tar")).exists()
     again = run("index", pattern)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"built {N - 9} indexes, found 9 current: {N} shards")
-    assert f"{mf.manifest_name('tar')}: {N} files" in again.stdout
+    assert f"{manifest.manifest_name('tar')}: {N} files" in again.stdout
     assert len(TarShards(pattern)) == sum(1 + s % 4 for s in range(N))
 
 

@@ -530,9 +530,9 @@ def _token_entry(
 ) -> dict[str, Any]:
     """One token file indexed (or found current) and its manifest row; in a worker process."""
     from seekdata.sources.tokens import files as _files
-    from seekdata.sources.tokens import index as tokindex
+    from seekdata.sources.tokens import index
 
-    _index: Any = tokindex  # its manifest functions: the tokens family's (typed there)
+    _index: Any = index  # its manifest functions: the tokens family's (typed there)
     f = _files.describe(name, dtype, stores=stores)
     built = _index.load_or_build(f, dtype, eos_id, index_dir=index_dir, force=force)
     if vocab_size is not None:

@@ -14,7 +14,7 @@ import pytest
 import webdataset as wds
 
 import seekdata
-from seekdata.sources.files import manifest as mf
+from seekdata.sources.files import manifest
 from seekdata.sources.wds import tarindex
 from seekdata.testing import assert_exact_resume
 from seekdata.tools.cli import main
@@ -55,7 +55,7 @@ def test_the_same_samples_and_signature_with_and_without_a_manifest(
     assert ds.shard_sizes == list(SIZES) and len(ds) == sum(SIZES)
     assert [ds[i] for i in range(len(ds))] == [bare[i] for i in range(len(bare))]
     assert [ds.key_of(i) for i in range(len(ds))] == [f"s{i:04d}" for i in range(len(ds))]
-    named = TarShards(pattern, manifest=tmp_path / mf.manifest_name("tar"))
+    named = TarShards(pattern, manifest=tmp_path / manifest.manifest_name("tar"))
     assert named.stream_signature == ds.stream_signature
     # a subset of the folder, in another order: its own order, looked up by name
     sub = [str(tmp_path / "shard-002.tar"), str(tmp_path / "shard-000.tar")]
@@ -106,29 +106,27 @@ def test_a_stale_manifest_is_refused_naming_the_file(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pattern = indexed(tmp_path, capsys)
-    manifest = str(tmp_path / "seekdata-manifest-tar.json")
+    listed = str(tmp_path / "seekdata-manifest-tar.json")
     # added after indexing: at construction
     (tmp_path / "more").mkdir()
     write(tmp_path / "more", (2,), start=100)
     added = tmp_path / "shard-004.tar"
     os.replace(tmp_path / "more" / "shard-000.tar", added)
-    with pytest.raises(ValueError, match=f"{added} is not in the manifest {manifest}"):
+    with pytest.raises(ValueError, match=f"{added} is not in the manifest {listed}"):
         TarShards(pattern.replace("003", "004"))
     # changed: at its first read, by the open's fstat
     ds = TarShards(pattern)
     shard = tmp_path / "shard-002.tar"
     data = shard.read_bytes()
     shard.write_bytes(data + bytes(1024))
-    with pytest.raises(
-        ValueError, match=rf"{shard}: it is {len(data) + 1024} bytes now.*{manifest}"
-    ):
+    with pytest.raises(ValueError, match=rf"{shard}: it is {len(data) + 1024} bytes now.*{listed}"):
         ds[9]
     shard.write_bytes(data)
     # missing: at its first read
     ds = TarShards(pattern)
     gone = tmp_path / "shard-003.tar"
     gone.unlink()
-    with pytest.raises(ValueError, match=rf"{gone}: it cannot be opened.*missing.*{manifest}"):
+    with pytest.raises(ValueError, match=rf"{gone}: it cannot be opened.*missing.*{listed}"):
         ds[len(ds) - 1]
 
 
