@@ -116,9 +116,9 @@ def expected_ranges(kind: str, local: Any, indices: list[int]) -> dict[str, list
 
         starts = np.asarray(local.shard_starts)
         for g in sorted({int(np.searchsorted(starts, i, side="right") - 1) for i in indices}):
-            k, rg = local._owners[g]
-            part = local._parts[k]
-            ranges = column_ranges(part.metadata, rg, local._leaves[k])
+            k, rg = local._owner(g)
+            part = local._part(k)
+            ranges = column_ranges(part.metadata, rg, local._leaves_of(k, part))
             out.setdefault(pathlib.Path(part.name).name, []).append((ranges[0][0], ranges[-1][1]))
         return out
     reader, size = local._reader, local.dtype.itemsize

@@ -20,18 +20,29 @@ rebuild_index=True)``) reads every footer from its file again and keeps it anew.
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
 import io
 import json
 import os
 import stat
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from seekdata.sources import remote
 from seekdata.sources.files import indexes as _indexes
 
+#: The family's name in a corpus manifest (``seekdata-manifest-parquet.json``).
+FAMILY = "parquet"
+#: Bumped when what a file's digest covers changes (its rows per row group, its schema).
+DIGEST_VERSION = 1
 #: ``format`` of a kept footer's header line.
 FOOTER_FORMAT = "seekdata-parquet-footer"
 #: Bumped when the layout changes; other versions are read again.
@@ -62,6 +73,95 @@ class Part:
         md = self.metadata
         return [md.row_group(i).num_rows for i in range(md.num_row_groups)]
 
+    @property
+    def stamp(self) -> str:
+        """What tells that the file changed, as a manifest records it: a remote object's
+        ``ETag``, a local file's mtime."""
+        if self.remote is not None:
+            return str(self.remote.etag or "")
+        return f"mtime_ns:{self.mtime_ns}"
+
+    @functools.cached_property
+    def schema(self) -> dict[str, Any]:
+        """The file's schema as a manifest keeps it (:func:`schema_description`)."""
+        return schema_description(self.metadata)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """What decides the file's rows (:func:`file_digest`)."""
+        return file_digest(self.name, self.row_groups, self.schema)
+
+    def entry(self) -> dict[str, Any]:
+        """The file's entry in a corpus manifest (:func:`manifest_entry`)."""
+        rows = self.row_groups
+        return {
+            "name": _basename(self.name),
+            "size": self.size,
+            "stamp": self.stamp,
+            "items": sum(rows),
+            "digest": self.digest,
+            "row_groups": rows,
+            "schema": self.schema,
+        }
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a corpus manifest says of one file: its footer, read lazily, must agree."""
+
+    size: int
+    stamp: str
+    digest: str
+    manifest: str  #: the manifest's path or URL, for messages
+
+
+def _basename(name: str) -> str:
+    """A file's name without its folder, bucket or scheme: what signs it and names it in a
+    manifest (the same files copied elsewhere are the same data)."""
+    return os.path.basename(name)
+
+
+def schema_description(metadata: Any) -> dict[str, Any]:
+    """A file's Arrow schema as JSON: ``fields`` (name, type, nullable: readable, and what
+    its digest covers) and ``arrow`` (the schema's IPC bytes, base64: the exact types back).
+    The schema-level metadata (pandas' index, the writer's) is dropped: it varies from file
+    to file of one table and decides no row."""
+    arrow = metadata.schema.to_arrow_schema().remove_metadata()
+    return {
+        "fields": [[f.name, str(f.type), f.nullable] for f in arrow],
+        "arrow": base64.b64encode(arrow.serialize().to_pybytes()).decode("ascii"),
+    }
+
+
+def arrow_schema(description: dict[str, Any]) -> pa.Schema:
+    """The Arrow schema a :func:`schema_description` describes."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(description["arrow"])))
+
+
+def file_digest(name: str, row_groups: Sequence[int], schema: dict[str, Any]) -> str:
+    """What decides a file's rows, as 32 hex digits: its name (not its folder: a copy
+    elsewhere is the same data), rows per row group and schema fields. The same from a
+    manifest and from the footer, so a dataset signs the same data the same either way."""
+    spec = [DIGEST_VERSION, _basename(name), [int(r) for r in row_groups], schema["fields"]]
+    text = json.dumps(spec, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def manifest_entry(
+    url: str,
+    *,
+    stores: remote.Stores,
+    index_dir: str | None = None,
+    cache: remote.Cache | None = None,
+) -> dict[str, Any]:
+    """The manifest entry of the Parquet file ``url`` (``seekdata index`` calls this for
+    ``*.parquet`` files): ``name`` (basename), ``size``, ``stamp``, ``items`` (rows),
+    ``digest`` (:func:`file_digest`), ``row_groups`` (rows of each) and ``schema`` (a
+    :func:`schema_description`, which the manifest holds once per distinct schema). Reads the
+    footer as :func:`describe` does (and keeps a remote one under ``index_dir``)."""
+    part = describe(url, stores=stores, index_dir=index_dir, cache=cache, where="seekdata index")
+    return part.entry()
+
 
 def describe(
     name: str,
@@ -71,18 +171,35 @@ def describe(
     cache: remote.Cache | None,
     where: str,
     rebuild: bool = False,
+    expect: Expected | None = None,
 ) -> Part:
     """Read (or find kept) the footer of one Parquet file; ``ValueError`` naming it when it
-    is not one. ``rebuild``: read a remote file's footer from it even when one is kept."""
+    is not one. ``rebuild``: read a remote file's footer from it even when one is kept.
+    ``expect``: what a manifest says of the file; a file that differs (size, stamp, or a
+    footer of other rows) is refused naming the file, the manifest and the fix."""
     if not remote.is_remote(name):
-        return _local(name, where)
+        part = _local(name, where, expect)
+        _check_digest(part, expect, where)
+        return part
     kept = None if rebuild else _kept(stores, name, index_dir)
+    if (
+        kept is not None
+        and expect is not None
+        and (kept[0], str(kept[1] or ""))
+        != (
+            expect.size,
+            expect.stamp,
+        )
+    ):
+        kept = None  # kept for another version of the object: the file's own footer decides
     place = None if index_dir is None else _indexes.local_index_path(name, FOOTER_SUFFIX, index_dir)
     if kept is not None:
         size, etag, footer = kept
         file = remote.RemoteFile(stores, name, size=size, etag=etag, cache=cache)
     else:
         file, tail = remote.RemoteFile.with_tail(stores, name, _TAIL, cache=cache)
+        if expect is not None:
+            check_expected(name, expect, file.size, str(file.etag or ""), where)
         file.memory.put(
             file.version, file.size - len(tail), tail
         )  # often the last row group's bytes too
@@ -105,7 +222,40 @@ def describe(
         problem = range_problem(part, last, column_ranges(metadata, last, leaves))
         if problem is not None:
             raise ValueError(f"{where}: {problem}")
+    _check_digest(part, expect, where)
     return part
+
+
+def _reindex(expect: Expected) -> str:
+    """The fix of a manifest that no longer tells a file truly."""
+    return (
+        f"run `seekdata index` again over the files (it reads only new or changed ones) to "
+        f"rewrite {expect.manifest}, or pass manifest=False to read every footer instead; if "
+        "the change was not intended, restore the file"
+    )
+
+
+def check_expected(name: str, expect: Expected, size: int, stamp: str, where: str) -> None:
+    """``ValueError`` when the file ``name`` (``size`` bytes, ``stamp`` now) is not the one
+    its manifest entry ``expect`` describes: its rows may now be others."""
+    if (size, stamp) == (expect.size, expect.stamp):
+        return
+    raise ValueError(
+        f"{where}: {name} changed after the manifest {expect.manifest} was written (size "
+        f"{expect.size} → {size} bytes, stamp {expect.stamp} → {stamp}); its rows may now be "
+        f"others, and positions saved in a checkpoint other rows; {_reindex(expect)}"
+    )
+
+
+def _check_digest(part: Part, expect: Expected | None, where: str) -> None:
+    if expect is None or part.digest == expect.digest:
+        return
+    raise ValueError(
+        f"{where}: the footer of {part.name} gives rows per row group or a schema other than "
+        f"its entry in the manifest {expect.manifest} (digest {part.digest}, the manifest's "
+        f"{expect.digest}): the file was rewritten, or its footer copy under index_dir is "
+        f"another file's; {_reindex(expect)}"
+    )
 
 
 def fix(part: Part) -> str:
@@ -135,12 +285,19 @@ def range_problem(part: Part, row_group: int, ranges: list[tuple[int, int]]) -> 
     )
 
 
-def _local(name: str, where: str) -> Part:
+def _local(name: str, where: str, expect: Expected | None = None) -> Part:
     path = name[len("file://") :] if name.startswith("file://") else name
     try:
         st = os.stat(path)
     except FileNotFoundError as exc:
+        if expect is not None:
+            raise ValueError(
+                f"{where}: Parquet file {name} does not exist, but the manifest "
+                f"{expect.manifest} lists it; restore it, or {_reindex(expect)}"
+            ) from exc
         raise ValueError(f"{where}: Parquet file {name} does not exist; check the path") from exc
+    if expect is not None:
+        check_expected(name, expect, st.st_size, f"mtime_ns:{st.st_mtime_ns}", where)
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"{where}: {name} is not a file (a directory or device); pass files")
     try:
@@ -205,3 +362,59 @@ def column_ranges(metadata: Any, row_group: int, leaves: list[int]) -> list[tupl
             start = chunk.dictionary_page_offset
         out.append((start, start + chunk.total_compressed_size))
     return out
+
+
+class Footers:
+    """The footers of a dataset's files, each read once per process by the first thread that
+    needs it (the others wait for that read, not read again); those read before a fork or a
+    pickle travel with the dataset. A footer whose read failed is read again next time (a
+    request may fail once)."""
+
+    def __init__(self, parts: dict[int, Part] | None = None) -> None:
+        self._parts: dict[int, Part] = dict(parts or {})
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # not the parent's: another thread may have held it
+        self._reading: dict[int, Future[Part]] = {}
+
+    def get(self, k: int, read: Callable[[int], Part]) -> Part:
+        """File ``k``'s footer, ``read(k)`` here when no thread of this process has it."""
+        part = self._parts.get(k)
+        if part is not None:
+            return part
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            part = self._parts.get(k)
+            if part is not None:
+                return part
+            pending = self._reading.get(k)
+            mine = pending is None
+            if pending is None:
+                pending = self._reading[k] = Future()
+        if not mine:
+            return pending.result()
+        try:
+            part = read(k)
+        except BaseException as exc:
+            with self._lock:
+                del self._reading[k]
+            pending.set_exception(exc)
+            raise
+        with self._lock:
+            self._parts[k] = part
+            del self._reading[k]
+        pending.set_result(part)
+        return part
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"parts": self._parts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._parts = dict(state["parts"])
+        self._reset()

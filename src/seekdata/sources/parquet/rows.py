@@ -7,7 +7,7 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex
 
 import numpy as np
@@ -93,33 +93,53 @@ class ParquetRows(FileSource[dict[str, Any]]):
         self.format = format
         self.keep_row_groups = keep_row_groups
         self._stores = remote.Stores(remote.check_options(storage_options, where))
-        cache = remote.check_cache(cache, where)
-        names = _paths.expand(urls, where, noun="Parquet file", example="train-{00..09}.parquet")
-        folder = None if index_dir is None else os.fspath(index_dir)
-        self._parts: list[Part] = remote.map_objects(
-            lambda n: _footers.describe(
-                n,
-                stores=self._stores,
-                index_dir=folder,
-                cache=cache,
-                where=where,
-                rebuild=rebuild_index,
-            ),
-            names,
-            names,
+        self._cache = remote.check_cache(cache, where)
+        self._names = _paths.expand(
+            urls, where, noun="Parquet file", example="train-{00..09}.parquet"
         )
-        self.columns, self._leaves, self._schema = _select(self._parts, columns, where)
-        sizes, owners = [], []
-        for k, part in enumerate(self._parts):
-            for g, rows in enumerate(part.row_groups):
-                sizes.append(rows)
-                owners.append((k, g))
-        self._sizes = sizes
-        self._owners = owners  # row group → (file, its row group there)
-        self._starts = list(itertools.accumulate(sizes, initial=0))
+        self._index_dir = None if index_dir is None else os.fspath(index_dir)
+        self._rebuild = rebuild_index
+        self._expected: Callable[[int], _footers.Expected] | None = None
+        layout = self._from_footers()
+        self._footers = _footers.Footers(layout.parts)
+        self._expected = layout.expected
+        self._digests = layout.digests
+        self.columns, self._schema = _select(layout, self._names, columns, where)
+        self._leaves: dict[int, list[int]] = {}  # per schema: the selected leaf columns
+        self._sizes = np.asarray(layout.sizes, dtype=np.int64)
+        self._first = np.asarray(layout.first, dtype=np.int64)  # file → its first row group
+        self._starts = np.concatenate(([0], np.cumsum(self._sizes, dtype=np.int64)))
         if self._starts[-1] == 0:
             raise ValueError(f"{where}: the files hold no rows; pass files with rows")
         self._reset_local()
+
+    def _from_footers(self) -> _Layout:
+        """Today's way: every file's footer read now (concurrently when remote)."""
+        parts: list[Part] = remote.map_objects(self._describe, range(len(self._names)), self._names)
+        return _Layout.of(
+            [p.row_groups for p in parts],
+            [p.schema for p in parts],
+            [p.digest for p in parts],
+            dict(enumerate(parts)),
+        )
+
+    def _describe(self, k: int) -> Part:
+        """File ``k``'s footer, read from it (or its kept copy), checked against the manifest
+        when the dataset was built from one."""
+        expect = None if self._expected is None else self._expected(k)
+        return _footers.describe(
+            self._names[k],
+            stores=self._stores,
+            index_dir=self._index_dir,
+            cache=self._cache,
+            where=self._where,
+            rebuild=self._rebuild,
+            expect=expect,
+        )
+
+    def _part(self, k: int) -> Part:
+        """File ``k``'s footer: read by the first thread of this process that needs it."""
+        return self._footers.get(k, self._describe)
 
     def _reset_local(self) -> None:
         self._pid = os.getpid()
@@ -130,22 +150,22 @@ class ParquetRows(FileSource[dict[str, Any]]):
     # -- sizes and layout ------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self._starts[-1]
+        return int(self._starts[-1])
 
     @property
     def files(self) -> list[str]:
         """The files, as given (after brace expansion), in order."""
-        return [p.name for p in self._parts]
+        return list(self._names)
 
     @property
     def shard_sizes(self) -> list[int]:
         """Rows of each row group, in file order (the shards of ``order="shards"``)."""
-        return list(self._sizes)
+        return self._sizes.tolist()
 
     @property
     def shard_starts(self) -> list[int]:
         """Index of each row group's first row."""
-        return self._starts[:-1]
+        return self._starts[:-1].tolist()
 
     @property
     def schema(self) -> pa.Schema:
@@ -154,19 +174,35 @@ class ParquetRows(FileSource[dict[str, Any]]):
 
     @property
     def stream_signature(self) -> str:
-        """What decides the items — each file's name (not its folder, bucket or scheme: the
-        same files moved to a bucket keep their signature) and rows per row group, the columns
-        and their types — for a loader's state."""
+        """What decides the items, for a loader's state: the selected columns and their types,
+        the number of rows and, for each file in order, the digest of its name (not its folder,
+        bucket or scheme: the same files moved to a bucket keep their signature), rows per row
+        group and schema (:func:`seekdata.sources.parquet.footers.file_digest`) — a digest of
+        digests, the same whether they came from the footers or from a manifest."""
+        params = (ROWS_VERSION, [(f.name, str(f.type)) for f in self._schema])
+        digest = _signature(params, len(self), self._digests)
+        return f"ParquetRows(rows={len(self)}, row_groups={len(self._sizes)}, d2:{digest})"
+
+    def _old_signature(self) -> str:
+        """The :attr:`stream_signature` of the release before digests of digests, for a
+        checkpoint it wrote: rows per row group and names come from the layout, so it is
+        computed without reading a footer."""
+        groups = [self._sizes[a:b].tolist() for a, b in itertools.pairwise(self._first.tolist())]
         spec = repr(
             (
                 "ParquetRows",
                 ROWS_VERSION,
-                [(os.path.basename(p.name), p.row_groups) for p in self._parts],
+                [(_footers._basename(n), g) for n, g in zip(self._names, groups, strict=True)],
                 [(f.name, str(f.type)) for f in self._schema],
             )
         )
         digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
         return f"ParquetRows(rows={len(self)}, row_groups={len(self._sizes)}, {digest})"
+
+    def _owner(self, group: int) -> tuple[int, int]:
+        """Row group ``group`` as (its file, its number in that file)."""
+        k = int(np.searchsorted(self._first, group, side="right")) - 1
+        return k, group - int(self._first[k])
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -176,13 +212,13 @@ class ParquetRows(FileSource[dict[str, Any]]):
     def __getitems__(self, indices: Sequence[int]) -> dict[str, Any]:
         """The rows ``indices`` as a dict of columns, in that order."""
         rows = np.fromiter((self._check_index(i) for i in indices), np.int64, len(indices))
-        groups = np.searchsorted(np.asarray(self._starts), rows, side="right") - 1
+        groups = np.searchsorted(self._starts, rows, side="right") - 1
         needed = list(dict.fromkeys(groups.tolist()))  # in order of first use
         tables = self._row_groups(needed)
         offsets = dict(
             zip(needed, itertools.accumulate((t.num_rows for t in tables), initial=0), strict=False)
         )
-        starts = np.asarray(self._starts)
+        starts = self._starts
         at = np.fromiter((offsets[g] for g in groups.tolist()), np.int64, len(groups))
         take = pa.array(at + rows - starts[groups])
         out = {}
@@ -200,12 +236,21 @@ class ParquetRows(FileSource[dict[str, Any]]):
         with self._lock:
             have = {g: self._decoded[g] for g in groups if g in self._decoded}
         missing = [g for g in groups if g not in have]
+        owners = {g: self._owner(g) for g in missing}
+        files = list(dict.fromkeys(k for k, _ in owners.values()))  # the files read
+        parts = dict(
+            zip(
+                files,
+                remote.map_objects(self._part, files, [self._names[k] for k in files]),
+                strict=True,
+            )
+        )
         wanted = []
         for g in missing:
-            k, local = self._owners[g]
-            part = self._parts[k]
+            k, local = owners[g]
+            part = parts[k]
             if part.remote is not None:
-                ranges = _footers.column_ranges(part.metadata, local, self._leaves[k])
+                ranges = _footers.column_ranges(part.metadata, local, self._leaves_of(k, part))
                 problem = _footers.range_problem(part, local, ranges)
                 if problem is not None:
                     raise ValueError(f"ParquetRows: {problem}")
@@ -213,8 +258,8 @@ class ParquetRows(FileSource[dict[str, Any]]):
         try:
             remote.prefetch(wanted)  # into memory, where pyarrow's reads find them
         except ValueError as exc:
-            for k in dict.fromkeys(self._owners[g][0] for g in missing):  # the files read
-                self._refuse_if_changed(self._parts[k], exc)
+            for k in files:
+                self._refuse_if_changed(parts[k], exc)
             raise
         for g in missing:
             have[g] = self._decode(g)
@@ -227,8 +272,8 @@ class ParquetRows(FileSource[dict[str, Any]]):
         return [have[g] for g in groups]
 
     def _decode(self, group: int) -> pa.Table:
-        k, local = self._owners[group]
-        part = self._parts[k]
+        k, local = self._owner(group)
+        part = self._part(k)
         pf = self._file(k)
         try:
             return pf.read_row_group(local, columns=self.columns, use_threads=False)
@@ -263,7 +308,18 @@ class ParquetRows(FileSource[dict[str, Any]]):
         ) from exc
 
     def _file(self, k: int) -> Any:
-        return self._open.get(k, lambda: self._open_file(self._parts[k]))
+        return self._open.get(k, lambda: self._open_file(self._part(k)))
+
+    def _leaves_of(self, k: int, part: Part) -> list[int]:
+        """The leaf columns of file ``k`` that hold the selected columns (what a remote read
+        fetches), worked out once per file and process."""
+        leaves = self._leaves.get(k)
+        if leaves is None:
+            flat = part.metadata.schema
+            chosen = set(self.columns)
+            leaves = [j for j in range(len(flat)) if flat.column(j).path.split(".")[0] in chosen]
+            self._leaves[k] = leaves
+        return leaves
 
     def _open_file(self, part: Part) -> Any:
         if part.remote is not None:
@@ -295,17 +351,59 @@ class ParquetRows(FileSource[dict[str, Any]]):
 
     def __repr__(self) -> str:
         return (
-            f"ParquetRows({len(self._parts)} files, {len(self)} rows, "
+            f"ParquetRows({len(self._names)} files, {len(self)} rows, "
             f"{len(self._sizes)} row groups, columns={self.columns})"
         )
 
 
+class _Layout:
+    """What building a dataset needs of its files, from their footers or from a manifest:
+    rows of each row group (flat, with each file's first), each file's schema (an index into
+    the distinct ones), each file's digest, the footers already read, and what a footer read
+    later must agree with (a manifest's entry), if anything."""
+
+    def __init__(
+        self,
+        sizes: Any,
+        first: Any,
+        schema_of: Any,
+        schemas: list[dict[str, Any]],
+        digests: Sequence[str],
+        parts: dict[int, Part],
+        expected: Callable[[int], _footers.Expected] | None = None,
+    ) -> None:
+        self.sizes, self.first, self.schema_of, self.schemas = sizes, first, schema_of, schemas
+        self.digests, self.parts, self.expected = digests, parts, expected
+
+    @classmethod
+    def of(
+        cls,
+        row_groups: list[list[int]],
+        schemas: list[dict[str, Any]],
+        digests: list[str],
+        parts: dict[int, Part],
+    ) -> _Layout:
+        """The layout of files described one by one (each with its schema inline)."""
+        ids: dict[str, int] = {}
+        schema_of = np.array([ids.setdefault(s["arrow"], len(ids)) for s in schemas], np.int64)
+        distinct = list({s["arrow"]: s for s in schemas}.values())
+        counts = np.fromiter(map(len, row_groups), np.int64, len(row_groups))
+        first = np.concatenate(([0], np.cumsum(counts)))
+        sizes = np.fromiter(itertools.chain.from_iterable(row_groups), np.int64, int(first[-1]))
+        return cls(sizes, first, schema_of, distinct, digests, parts)
+
+
 def _select(
-    parts: list[Part], columns: Sequence[str] | None, where: str
-) -> tuple[list[str], list[list[int]], pa.Schema]:
-    """The selected columns, their leaf column numbers in each file, and their schema; every
-    file must have them with the same types."""
-    first = parts[0].metadata.schema.to_arrow_schema()
+    layout: _Layout, names_given: list[str], columns: Sequence[str] | None, where: str
+) -> tuple[list[str], pa.Schema]:
+    """The selected columns and their schema; every file must have them with the same types
+    (checked once per distinct schema, the first file of each named)."""
+    firsts: dict[int, int] = {}  # schema → the first file that has it
+    for k, s in enumerate(layout.schema_of.tolist()):
+        firsts.setdefault(s, k)
+    arrows = {s: _footers.arrow_schema(layout.schemas[s]) for s in firsts}
+    order = sorted(firsts, key=firsts.__getitem__)
+    first = arrows[order[0]]
     if columns is None:
         names = list(first.names)
     else:
@@ -315,24 +413,30 @@ def _select(
         if not names or len(set(names)) != len(names):
             raise ValueError(f"{where}: columns must name distinct columns; got {names}")
     schema = None
-    leaves: list[list[int]] = []
-    for part in parts:
-        arrow = part.metadata.schema.to_arrow_schema()
+    for s in order:
+        arrow, name = arrows[s], names_given[firsts[s]]
         missing = [c for c in names if c not in arrow.names]
         if missing:
             raise ValueError(
-                f"{where}: {part.name} has no column {missing[0]!r} (it has {arrow.names}); "
+                f"{where}: {name} has no column {missing[0]!r} (it has {arrow.names}); "
                 "pass columns= that every file has"
             )
         chosen = pa.schema([arrow.field(c) for c in names])
-        flat = part.metadata.schema
-        leaves.append([j for j in range(len(flat)) if flat.column(j).path.split(".")[0] in names])
         if schema is None:
             schema = chosen
         elif not chosen.equals(schema):
             raise ValueError(
-                f"{where}: {part.name} holds columns {chosen} but {parts[0].name} holds "
+                f"{where}: {name} holds columns {chosen} but {names_given[0]} holds "
                 f"{schema}; every file must have the same types; pass columns= that agree"
             )
     assert schema is not None
-    return names, leaves, schema
+    return names, schema
+
+
+def _signature(params: Any, n: int, digests: Sequence[str]) -> str:
+    """A digest of the files' digests in order, with what else decides the rows."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(repr((params, n)).encode())
+    for d in digests:
+        h.update(bytes.fromhex(str(d)))
+    return h.hexdigest()
