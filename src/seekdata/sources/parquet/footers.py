@@ -22,22 +22,21 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import io
 import json
 import os
 import stat
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from seekdata.sources import remote
 from seekdata.sources.files import indexes as _indexes
+from seekdata.sources.files import manifest as _manifest
 
 #: The family's name in a corpus manifest (``seekdata-manifest-parquet.json``).
 FAMILY = "parquet"
@@ -78,7 +77,7 @@ class Part:
         """What tells that the file changed, as a manifest records it: a remote object's
         ``ETag``, a local file's mtime."""
         if self.remote is not None:
-            return str(self.remote.etag or "")
+            return _etag(self.remote.etag)
         return f"mtime_ns:{self.mtime_ns}"
 
     @functools.cached_property
@@ -105,14 +104,9 @@ class Part:
         }
 
 
-@dataclass(frozen=True)
-class Expected:
-    """What a corpus manifest says of one file: its footer, read lazily, must agree."""
-
-    size: int
-    stamp: str
-    digest: str
-    manifest: str  #: the manifest's path or URL, for messages
+#: What a dataset built from a manifest checks a footer read later against: the manifest table
+#: of its files and the file's number there.
+Check = tuple[_manifest.Table, int]
 
 
 def _basename(name: str) -> str:
@@ -142,9 +136,12 @@ def file_digest(name: str, row_groups: Sequence[int], schema: dict[str, Any]) ->
     """What decides a file's rows, as 32 hex digits: its name (not its folder: a copy
     elsewhere is the same data), rows per row group and schema fields. The same from a
     manifest and from the footer, so a dataset signs the same data the same either way."""
-    spec = [DIGEST_VERSION, _basename(name), [int(r) for r in row_groups], schema["fields"]]
-    text = json.dumps(spec, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    return _manifest.digest_of(
+        f"parquet-{DIGEST_VERSION}",
+        _basename(name),
+        np.asarray(row_groups, dtype="<i8").tobytes(),
+        json.dumps(schema["fields"], separators=(",", ":")),
+    )
 
 
 def manifest_entry(
@@ -171,26 +168,18 @@ def describe(
     cache: remote.Cache | None,
     where: str,
     rebuild: bool = False,
-    expect: Expected | None = None,
+    check: Check | None = None,
 ) -> Part:
     """Read (or find kept) the footer of one Parquet file; ``ValueError`` naming it when it
     is not one. ``rebuild``: read a remote file's footer from it even when one is kept.
-    ``expect``: what a manifest says of the file; a file that differs (size, stamp, or a
-    footer of other rows) is refused naming the file, the manifest and the fix."""
+    ``check``: the manifest entry the file must agree with; a file that differs (size,
+    stamp, or a footer of other rows) is refused naming the file, the manifest and the fix."""
     if not remote.is_remote(name):
-        part = _local(name, where, expect)
-        _check_digest(part, expect, where)
+        part = _local(name, where, check)
+        _check_digest(part, check, where)
         return part
     kept = None if rebuild else _kept(stores, name, index_dir)
-    if (
-        kept is not None
-        and expect is not None
-        and (kept[0], str(kept[1] or ""))
-        != (
-            expect.size,
-            expect.stamp,
-        )
-    ):
+    if kept is not None and check is not None and not _agrees(check, kept[0], _etag(kept[1])):
         kept = None  # kept for another version of the object: the file's own footer decides
     place = None if index_dir is None else _indexes.local_index_path(name, FOOTER_SUFFIX, index_dir)
     if kept is not None:
@@ -198,8 +187,8 @@ def describe(
         file = remote.RemoteFile(stores, name, size=size, etag=etag, cache=cache)
     else:
         file, tail = remote.RemoteFile.with_tail(stores, name, _TAIL, cache=cache)
-        if expect is not None:
-            check_expected(name, expect, file.size, str(file.etag or ""), where)
+        if check is not None:
+            _check_stamp(name, check, file.size, _etag(file.etag), where)
         file.memory.put(
             file.version, file.size - len(tail), tail
         )  # often the last row group's bytes too
@@ -222,40 +211,39 @@ def describe(
         problem = range_problem(part, last, column_ranges(metadata, last, leaves))
         if problem is not None:
             raise ValueError(f"{where}: {problem}")
-    _check_digest(part, expect, where)
+    _check_digest(part, check, where)
     return part
 
 
-def _reindex(expect: Expected) -> str:
-    """The fix of a manifest that no longer tells a file truly."""
-    return (
-        f"run `seekdata index` again over the files (it reads only new or changed ones) to "
-        f"rewrite {expect.manifest}, or pass manifest=False to read every footer instead; if "
-        "the change was not intended, restore the file"
-    )
+def _etag(etag: Any) -> str:
+    """A remote object's stamp: its ``ETag`` as the store gives it."""
+    return str(etag or "")
 
 
-def check_expected(name: str, expect: Expected, size: int, stamp: str, where: str) -> None:
-    """``ValueError`` when the file ``name`` (``size`` bytes, ``stamp`` now) is not the one
-    its manifest entry ``expect`` describes: its rows may now be others."""
-    if (size, stamp) == (expect.size, expect.stamp):
+def _agrees(check: Check, size: int, stamp: str) -> bool:
+    table, k = check
+    return int(table.size[k]) == size and int(table.stamp[k]) == _manifest.stamp_hash(stamp)
+
+
+def _check_stamp(name: str, check: Check, size: int, stamp: str, where: str) -> None:
+    """Refuse the file ``name``, found with ``size`` bytes and ``stamp``, when it is not the
+    one its manifest entry describes: its rows may now be others."""
+    table, k = check
+    try:
+        table.check_stamp(k, name, size, stamp)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _check_digest(part: Part, check: Check | None, where: str) -> None:
+    """Refuse a footer whose rows per row group or schema are not the manifest's."""
+    if check is None:
         return
-    raise ValueError(
-        f"{where}: {name} changed after the manifest {expect.manifest} was written (size "
-        f"{expect.size} → {size} bytes, stamp {expect.stamp} → {stamp}); its rows may now be "
-        f"others, and positions saved in a checkpoint other rows; {_reindex(expect)}"
-    )
-
-
-def _check_digest(part: Part, expect: Expected | None, where: str) -> None:
-    if expect is None or part.digest == expect.digest:
-        return
-    raise ValueError(
-        f"{where}: the footer of {part.name} gives rows per row group or a schema other than "
-        f"its entry in the manifest {expect.manifest} (digest {part.digest}, the manifest's "
-        f"{expect.digest}): the file was rewritten, or its footer copy under index_dir is "
-        f"another file's; {_reindex(expect)}"
-    )
+    table, k = check
+    try:
+        table.check_digest(k, part.name, part.digest)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def fix(part: Part) -> str:
@@ -285,28 +273,33 @@ def range_problem(part: Part, row_group: int, ranges: list[tuple[int, int]]) -> 
     )
 
 
-def _local(name: str, where: str, expect: Expected | None = None) -> Part:
+def _local(name: str, where: str, check: Check | None = None) -> Part:
+    """Read a local file's footer through one Python ``open`` (what a process opens is then
+    visible to audit hooks, and the size and mtime checked are the open file's own)."""
     path = name[len("file://") :] if name.startswith("file://") else name
     try:
-        st = os.stat(path)
+        f = open(path, "rb")  # noqa: SIM115 (closed below, after the footer is read)
     except FileNotFoundError as exc:
-        if expect is not None:
-            raise ValueError(
-                f"{where}: Parquet file {name} does not exist, but the manifest "
-                f"{expect.manifest} lists it; restore it, or {_reindex(expect)}"
-            ) from exc
+        if check is not None:
+            table, k = check
+            gone = _manifest.stale_error(name, table.manifest_of(k) or "", "it does not exist")
+            raise ValueError(f"{where}: {gone}") from exc
         raise ValueError(f"{where}: Parquet file {name} does not exist; check the path") from exc
-    if expect is not None:
-        check_expected(name, expect, st.st_size, f"mtime_ns:{st.st_mtime_ns}", where)
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{where}: {name} is not a file (a directory or device); pass files")
-    try:
-        metadata = pq.read_metadata(path)
-    except Exception as exc:  # pyarrow raises ArrowInvalid / OSError subclasses
-        raise ValueError(
-            f"{where}: {name} is not a readable Parquet file ({exc}); check the path, or "
-            "rewrite the file"
-        ) from exc
+    except IsADirectoryError as exc:
+        raise ValueError(f"{where}: {name} is not a file (a directory); pass files") from exc
+    with f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{where}: {name} is not a file (a directory or device); pass files")
+        if check is not None:
+            _check_stamp(name, check, st.st_size, _manifest.local_stamp(st), where)
+        try:
+            metadata = pq.read_metadata(f)
+        except Exception as exc:  # pyarrow raises ArrowInvalid / OSError subclasses
+            raise ValueError(
+                f"{where}: {name} is not a readable Parquet file ({exc}); check the path, or "
+                "rewrite the file"
+            ) from exc
     return Part(name, os.path.abspath(path), None, metadata, st.st_size, st.st_mtime_ns)
 
 
@@ -364,57 +357,24 @@ def column_ranges(metadata: Any, row_group: int, leaves: list[int]) -> list[tupl
     return out
 
 
-class Footers:
-    """The footers of a dataset's files, each read once per process by the first thread that
-    needs it (the others wait for that read, not read again); those read before a fork or a
-    pickle travel with the dataset. A footer whose read failed is read again next time (a
-    request may fail once)."""
-
-    def __init__(self, parts: dict[int, Part] | None = None) -> None:
-        self._parts: dict[int, Part] = dict(parts or {})
-        self._reset()
-
-    def _reset(self) -> None:
-        self._pid = os.getpid()
-        self._lock = threading.Lock()  # not the parent's: another thread may have held it
-        self._reading: dict[int, Future[Part]] = {}
-
-    def get(self, k: int, read: Callable[[int], Part]) -> Part:
-        """File ``k``'s footer, ``read(k)`` here when no thread of this process has it."""
-        part = self._parts.get(k)
-        if part is not None:
-            return part
-        if self._pid != os.getpid():
-            self._reset()
-        with self._lock:
-            part = self._parts.get(k)
-            if part is not None:
-                return part
-            pending = self._reading.get(k)
-            mine = pending is None
-            if pending is None:
-                pending = self._reading[k] = Future()
-        if not mine:
-            return pending.result()
-        try:
-            part = read(k)
-        except BaseException as exc:
-            with self._lock:
-                del self._reading[k]
-            pending.set_exception(exc)
-            raise
-        with self._lock:
-            self._parts[k] = part
-            del self._reading[k]
-        pending.set_result(part)
-        return part
-
-    def __len__(self) -> int:
-        return len(self._parts)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"parts": self._parts}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._parts = dict(state["parts"])
-        self._reset()
+def intern_schemas(
+    entries: Sequence[dict[str, Any]], schemas: Sequence[dict[str, Any]] = ()
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each distinct schema of a folder's entries once: ``entries`` (from
+    :func:`manifest_entry`, their ``schema`` inline; or from a manifest read back, their
+    ``schema`` an index into its ``schemas``) with ``schema`` an index into one list, in
+    order of first appearance over the entries sorted by name (so a build split across
+    machines writes the same bytes), and the manifest section ``{"schemas": [...]}``."""
+    ids: dict[str, int] = {}
+    listed: list[dict[str, Any]] = []
+    out = []
+    for entry in sorted(entries, key=lambda e: str(e["name"]).encode()):
+        schema = entry["schema"]
+        if not isinstance(schema, dict):
+            schema = schemas[int(schema)]
+        key = json.dumps(schema, sort_keys=True)
+        if key not in ids:
+            ids[key] = len(listed)
+            listed.append(schema)
+        out.append({**entry, "schema": ids[key]})
+    return out, {"schemas": listed}

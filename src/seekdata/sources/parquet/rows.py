@@ -6,8 +6,10 @@ import hashlib
 import itertools
 import os
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, SupportsIndex
 
 import numpy as np
@@ -17,7 +19,9 @@ import pyarrow.parquet as pq
 from seekdata._core.checks import check_bool, check_int
 from seekdata.sources import remote
 from seekdata.sources.files import handles as _handles
+from seekdata.sources.files import manifest as _manifest
 from seekdata.sources.files import paths as _paths
+from seekdata.sources.files.lazy import PerProcess
 from seekdata.sources.files.source import FileSource
 from seekdata.sources.parquet import columns as _columns
 from seekdata.sources.parquet import footers as _footers
@@ -77,6 +81,7 @@ class ParquetRows(FileSource[dict[str, Any]]):
         cache: remote.Cache | None = None,
         keep_row_groups: int = 8,
         rebuild_index: bool = False,
+        manifest: str | os.PathLike[str] | bool | None = None,
     ) -> None:
         where = "ParquetRows"
         check_bool(rebuild_index, "rebuild_index", where)
@@ -99,34 +104,82 @@ class ParquetRows(FileSource[dict[str, Any]]):
         )
         self._index_dir = None if index_dir is None else os.fspath(index_dir)
         self._rebuild = rebuild_index
-        self._expected: Callable[[int], _footers.Expected] | None = None
-        layout = self._from_footers()
-        self._footers = _footers.Footers(layout.parts)
-        self._expected = layout.expected
+        choice = _manifest.check_choice(manifest, where)
+        self._table = _manifest.for_files(
+            self._names,
+            _footers.FAMILY,
+            stores=self._stores,
+            index_dir=self._index_dir,
+            manifest=choice,
+            columns=("row_groups", "schema"),
+            where=where,
+            pattern=urls if isinstance(urls, str) else None,
+        )
+        layout = self._layout()
+        self._described = layout.parts  # footers read now, kept with the dataset
+        self._lazy: PerProcess[Part] = PerProcess()  # the others, read when first needed
         self._digests = layout.digests
         self.columns, self._schema = _select(layout, self._names, columns, where)
-        self._leaves: dict[int, list[int]] = {}  # per schema: the selected leaf columns
-        self._sizes = np.asarray(layout.sizes, dtype=np.int64)
-        self._first = np.asarray(layout.first, dtype=np.int64)  # file → its first row group
+        self._leaves: dict[int, list[int]] = {}  # per file: the selected leaf columns
+        self._sizes = layout.sizes
+        self._first = layout.first  # file → its first row group (and the count, last)
         self._starts = np.concatenate(([0], np.cumsum(self._sizes, dtype=np.int64)))
         if self._starts[-1] == 0:
             raise ValueError(f"{where}: the files hold no rows; pass files with rows")
         self._reset_local()
 
-    def _from_footers(self) -> _Layout:
-        """Today's way: every file's footer read now (concurrently when remote)."""
-        parts: list[Part] = remote.map_objects(self._describe, range(len(self._names)), self._names)
-        return _Layout.of(
-            [p.row_groups for p in parts],
-            [p.schema for p in parts],
-            [p.digest for p in parts],
-            dict(enumerate(parts)),
-        )
+    def _layout(self) -> _Layout:
+        """Rows per row group, schemas and digests of every file: from the manifests of their
+        folders where there are some (no file read), else from each file's footer, read now
+        (concurrently when remote) — today's way, kept with the dataset."""
+        table, n = self._table, len(self._names)
+        todo = list(range(n)) if table is None else np.flatnonzero(~table.covered()).tolist()
+        found = remote.map_objects(self._describe, todo, [self._names[k] for k in todo])
+        parts: dict[int, Part] = dict(zip(todo, found, strict=True))
+        if table is None:
+            digests = np.zeros((n, _manifest.DIGEST_BYTES), dtype=np.uint8)
+            for k, part in parts.items():
+                digests[k] = np.frombuffer(bytes.fromhex(part.digest), dtype=np.uint8)
+            return _Layout.of(
+                [p.row_groups for p in found], [p.schema for p in found], digests, parts
+            )
+        for k, part in parts.items():
+            entry = part.entry()
+            table.fill(
+                k, size=entry["size"], stamp=entry["stamp"], items=entry["items"],
+                digest=entry["digest"],
+            )  # fmt: skip
+        groups, ids = table.columns["row_groups"], table.columns["schema"]
+        row_groups = [parts[k].row_groups if k in parts else groups[k] for k in range(n)]
+        schemas = [parts[k].schema if k in parts else self._schema_of(k, ids[k]) for k in range(n)]
+        table.drop_columns()  # what is left: ~48 bytes per file, for the checks of later reads
+        return _Layout.of(row_groups, schemas, table.digests, parts)
+
+    def _schema_of(self, k: int, schema: Any) -> dict[str, Any]:
+        """File ``k``'s schema from its manifest: an index into the manifest's ``schemas``."""
+        assert self._table is not None
+        if isinstance(schema, dict):
+            return schema
+        manifest = self._table.manifest_of(k)
+        listed = self._table.sections[int(self._table.source[k])].get("schemas")
+        if (
+            not isinstance(schema, int)
+            or not isinstance(listed, list)
+            or not 0 <= schema < len(listed)
+        ):
+            raise ValueError(
+                f"{self._where}: the manifest {manifest} gives {self._names[k]} the schema "
+                f"{schema!r}, which its 'schemas' list does not hold; it was not written by "
+                "`seekdata index`, or was cut short; run `seekdata index` again, or pass "
+                "manifest=False"
+            )
+        return listed[schema]
 
     def _describe(self, k: int) -> Part:
-        """File ``k``'s footer, read from it (or its kept copy), checked against the manifest
-        when the dataset was built from one."""
-        expect = None if self._expected is None else self._expected(k)
+        """File ``k``'s footer, read from it (or its kept copy), checked against its manifest
+        entry when one describes it."""
+        table = self._table
+        check = None if table is None or table.manifest_of(k) is None else (table, k)
         return _footers.describe(
             self._names[k],
             stores=self._stores,
@@ -134,12 +187,16 @@ class ParquetRows(FileSource[dict[str, Any]]):
             cache=self._cache,
             where=self._where,
             rebuild=self._rebuild,
-            expect=expect,
+            check=check,
         )
 
     def _part(self, k: int) -> Part:
-        """File ``k``'s footer: read by the first thread of this process that needs it."""
-        return self._footers.get(k, self._describe)
+        """File ``k``'s footer: read at construction, or by the first thread of this process
+        that needs it."""
+        part = self._described.get(k)
+        if part is None:
+            part = self._lazy.get(k, lambda: self._describe(k))
+        return part
 
     def _reset_local(self) -> None:
         self._pid = os.getpid()
@@ -179,14 +236,23 @@ class ParquetRows(FileSource[dict[str, Any]]):
         bucket or scheme: the same files moved to a bucket keep their signature), rows per row
         group and schema (:func:`seekdata.sources.parquet.footers.file_digest`) — a digest of
         digests, the same whether they came from the footers or from a manifest."""
-        params = (ROWS_VERSION, [(f.name, str(f.type)) for f in self._schema])
-        digest = _signature(params, len(self), self._digests)
-        return f"ParquetRows(rows={len(self)}, row_groups={len(self._sizes)}, d2:{digest})"
+        params = {
+            "family": "ParquetRows",
+            "version": ROWS_VERSION,
+            "columns": [[f.name, str(f.type)] for f in self._schema],
+        }
+        digest = _manifest.signature(params, len(self), self._digests)
+        return f"ParquetRows(rows={len(self)}, row_groups={len(self._sizes)}, {digest})"
 
-    def _old_signature(self) -> str:
-        """The :attr:`stream_signature` of the release before digests of digests, for a
-        checkpoint it wrote: rows per row group and names come from the layout, so it is
-        computed without reading a footer."""
+    def accepts_signature(self, signature: str, n: int) -> bool:
+        """Source protocol: whether ``signature``, written by a release before signatures were
+        digests of digests, is this dataset's (all ``n`` rows): a checkpoint it wrote still
+        resumes. Computed from the layout, without reading a footer."""
+        return n == len(self) and signature == self.legacy_signature()
+
+    def legacy_signature(self) -> str:
+        """The :attr:`stream_signature` of the release before digests of digests (the names
+        and rows per row group come from the layout, so no footer is read)."""
         groups = [self._sizes[a:b].tolist() for a, b in itertools.pairwise(self._first.tolist())]
         spec = repr(
             (
@@ -326,18 +392,22 @@ class ParquetRows(FileSource[dict[str, Any]]):
             source: Any = part.remote.open()
         else:
             assert part.path is not None
-            try:
-                now = _handles.changed(part.path, part.size, part.mtime_ns)
+            try:  # a Python open: what a process opens is visible to audit hooks
+                source = open(part.path, "rb")  # noqa: SIM115 (the ParquetFile holds it)
+                now = _handles.changed(source.fileno(), part.size, part.mtime_ns)
             except OSError as exc:
                 raise ValueError(f"Parquet file {part.name}: cannot open it ({exc})") from exc
             if now is not None:
+                source.close()
                 raise ValueError(
                     f"Parquet file {part.name} changed after this dataset read its footer (size "
                     f"{part.size} → {now[0]} bytes); its rows may now be others; build the "
                     "dataset again"
                 )
-            source = part.path
-        return pq.ParquetFile(source, metadata=part.metadata, pre_buffer=False)
+        pf = pq.ParquetFile(source, metadata=part.metadata, pre_buffer=False)
+        if part.remote is None:
+            weakref.finalize(pf, source.close)  # closed when the LRU's last reference goes
+        return pf
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -356,31 +426,26 @@ class ParquetRows(FileSource[dict[str, Any]]):
         )
 
 
+@dataclass(frozen=True)
 class _Layout:
     """What building a dataset needs of its files, from their footers or from a manifest:
-    rows of each row group (flat, with each file's first), each file's schema (an index into
-    the distinct ones), each file's digest, the footers already read, and what a footer read
-    later must agree with (a manifest's entry), if anything."""
+    rows of each row group (``sizes``, flat; ``first``: each file's first row group, then their
+    count), each file's schema (``schema_of``: an index into the distinct ``schemas``), each
+    file's digest (``(files, 16)`` uint8), and the footers read to find them."""
 
-    def __init__(
-        self,
-        sizes: Any,
-        first: Any,
-        schema_of: Any,
-        schemas: list[dict[str, Any]],
-        digests: Sequence[str],
-        parts: dict[int, Part],
-        expected: Callable[[int], _footers.Expected] | None = None,
-    ) -> None:
-        self.sizes, self.first, self.schema_of, self.schemas = sizes, first, schema_of, schemas
-        self.digests, self.parts, self.expected = digests, parts, expected
+    sizes: np.ndarray
+    first: np.ndarray
+    schema_of: np.ndarray
+    schemas: list[dict[str, Any]]
+    digests: np.ndarray
+    parts: dict[int, Part]
 
     @classmethod
     def of(
         cls,
         row_groups: list[list[int]],
         schemas: list[dict[str, Any]],
-        digests: list[str],
+        digests: np.ndarray,
         parts: dict[int, Part],
     ) -> _Layout:
         """The layout of files described one by one (each with its schema inline)."""
@@ -431,12 +496,3 @@ def _select(
             )
     assert schema is not None
     return names, schema
-
-
-def _signature(params: Any, n: int, digests: Sequence[str]) -> str:
-    """A digest of the files' digests in order, with what else decides the rows."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(repr((params, n)).encode())
-    for d in digests:
-        h.update(bytes.fromhex(str(d)))
-    return h.hexdigest()
