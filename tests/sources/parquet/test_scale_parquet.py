@@ -303,7 +303,8 @@ def test_a_checkpoint_of_the_previous_release_resumes(small: pathlib.Path) -> No
     rest = [corpus.rows_of("parquet", b) for b in it]
     old = json.loads(json.dumps(state).replace(ds.stream_signature, ds.legacy_signature()))
     assert old != state  # the state names the dataset by the previous form now
-    again = corpus.make_loader("parquet", ParquetRows(corpus.pattern("parquet", str(small))))
+    fresh = ParquetRows(corpus.pattern("parquet", str(small)))
+    again = corpus.make_loader("parquet", fresh, batch_size=16)
     again.load_state_dict(old)
     assert [corpus.rows_of("parquet", b) for b in again] == rest
     assert not ds.accepts_signature(ds.legacy_signature().replace("Rows(rows=", "Rows(rows=1"), 1)
