@@ -33,7 +33,7 @@ import pytest
 
 from seekdata import _servers
 from seekdata.parquet import ParquetRows
-from seekdata.sources.files import manifest as mf
+from seekdata.sources.files import manifest as _manifest
 from seekdata.sources.parquet import footers
 from seekdata.sources.remote import Stores
 from seekdata.testing import first_difference
@@ -89,7 +89,7 @@ def _entries(template_entry: dict[str, Any], stamps: list[str]) -> list[dict[str
 
 def _write_manifest(folder: str, entries: list[dict[str, Any]], **options: Any) -> str:
     rows, sections = footers.intern_schemas(entries)
-    return mf.write(folder, footers.FAMILY, rows, {}, sections=sections, **options)
+    return _manifest.write(folder, footers.FAMILY, rows, {}, sections=sections, **options)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def corpus_dir(tmp_path_factory: pytest.TempPathFactory, template: bytes) -> pat
     for k in range(FILES):
         path = folder / f"p-{k:05d}.parquet"
         path.write_bytes(_file(template, k))
-        stamps.append(mf.local_stamp(path.stat()))
+        stamps.append(_manifest.local_stamp(path.stat()))
     first = footers.manifest_entry(str(folder / "p-00000.parquet"), stores=Stores({}))
     entries = _entries(first, stamps)
     for k in (0, 7, FILES - 1):  # the shortcut gives what manifest_entry gives
