@@ -382,3 +382,24 @@ def test_a_kept_footer_of_another_file_is_refused_against_the_manifest(
     message = str(err.value)
     assert names[1] in message and str(index_dir / "seekdata-manifest-parquet.") in message
     assert "rebuilt after the manifest" in message and "seekdata index" in message, message
+
+
+def test_a_folder_without_a_manifest_is_read_as_before_beside_one_with(
+    small: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    other = tmp_path_factory.mktemp("no-manifest")
+    shutil.copy(small / "rows-00001-of-00003.parquet", other / "more.parquet")
+    names = [*sorted(str(p) for p in small.glob("rows-*.parquet")), str(other / "more.parquet")]
+    with opens.counting() as seen:
+        ds = ParquetRows(names)
+    assert sorted(seen) == sorted(
+        [
+            str(small / "seekdata-manifest-parquet.json"),  # no footer of its files
+            str(other / "seekdata-manifest-parquet.json"),  # looked for: none
+            str(other / "more.parquet"),  # so its footer, now
+        ]
+    )
+    plain = ParquetRows(names, manifest=False)
+    assert ds.stream_signature == plain.stream_signature and len(ds) == 570 + 190
+    picks = list(range(0, len(ds), 11))
+    assert first_difference(ds.__getitems__(picks), plain.__getitems__(picks)) is None

@@ -48,13 +48,20 @@ class ParquetRows(FileSource[dict[str, Any]]):
             see :mod:`seekdata.sources.parquet.columns`.
         storage_options: the back-end's options for remote URLs (credentials, endpoint).
         index_dir: a local directory where remote files' footers are kept, so a later
-            dataset is built without a request.
+            dataset is built without a request; the folders' manifests are looked for there
+            too (``seekdata index --index-dir``), not beside the files.
         rebuild_index: read every remote file's footer from the file again, not from the copy
             kept under ``index_dir``, and keep it anew: after a file was replaced on purpose.
         cache: a :class:`seekdata.remote.Cache` for remote bytes, or None.
         keep_row_groups: decoded row groups each process keeps (least recently used dropped);
             with ``order="shards"`` keep at least its window (4 by default), so each row
             group is read once per epoch and process.
+        manifest: None (default): each folder's ``seekdata-manifest-parquet.json``, written by
+            ``seekdata index``, if it has one; False: none, every footer read now; a path or
+            URL: that manifest, for every file. From a manifest the dataset is built in one
+            read per folder (``len``, row groups, schemas, signature) and each file's footer is
+            read when a process first reads one of its rows, checked against its entry
+            (docs/remote.md, "Thousands of files: the manifest").
 
     Item ``i`` is row ``i`` of the files' concatenation, a dict of column values;
     :meth:`__getitems__` reads a batch as a dict of columns (a tensor per numeric column),
@@ -119,6 +126,7 @@ class ParquetRows(FileSource[dict[str, Any]]):
         self._described = layout.parts  # footers read now, kept with the dataset
         self._lazy: PerProcess[Part] = PerProcess()  # the others, read when first needed
         self._digests = layout.digests
+        self._signature: str | None = None
         self.columns, self._schema = _select(layout, self._names, columns, where)
         self._leaves: dict[int, list[int]] = {}  # per file: the selected leaf columns
         self._sizes = layout.sizes
@@ -236,13 +244,17 @@ class ParquetRows(FileSource[dict[str, Any]]):
         bucket or scheme: the same files moved to a bucket keep their signature), rows per row
         group and schema (:func:`seekdata.sources.parquet.footers.file_digest`) — a digest of
         digests, the same whether they came from the footers or from a manifest."""
-        params = {
-            "family": "ParquetRows",
-            "version": ROWS_VERSION,
-            "columns": [[f.name, str(f.type)] for f in self._schema],
-        }
-        digest = _manifest.signature(params, len(self), self._digests)
-        return f"ParquetRows(rows={len(self)}, row_groups={len(self._sizes)}, {digest})"
+        if self._signature is None:  # a pass over 16 bytes per file: once
+            params = {
+                "family": "ParquetRows",
+                "version": ROWS_VERSION,
+                "columns": [[f.name, str(f.type)] for f in self._schema],
+            }
+            digest = _manifest.signature(params, len(self), self._digests)
+            self._signature = (
+                f"ParquetRows(rows={len(self)}, row_groups={len(self._sizes)}, {digest})"
+            )
+        return self._signature
 
     def accepts_signature(self, signature: str, n: int) -> bool:
         """Source protocol: whether ``signature``, written by a release before signatures were
