@@ -261,7 +261,9 @@ def test_with_and_without_a_manifest_the_same_rows_and_signature(small: pathlib.
     pattern = corpus.pattern("parquet", str(small))
     with opens.counting() as seen:
         ds = ParquetRows(pattern)
-    assert [os.path.basename(p) for p in seen] == ["seekdata-manifest-parquet.json"]
+    assert [p for p in seen if not p.endswith(".pyc")] == [
+        str(small / "seekdata-manifest-parquet.json")
+    ]  # (a module imported for the first time opens its .pyc)
     plain = ParquetRows(pattern, manifest=False)
     named = ParquetRows(pattern, manifest=small / "seekdata-manifest-parquet.json")
     for other in (plain, named):
@@ -349,7 +351,9 @@ def test_a_schema_that_differs_is_refused_from_the_manifest(small: pathlib.Path)
         pytest.raises(ValueError, match=r"rows-00002-of-00003.parquet holds columns"),
     ):
         ParquetRows(names)
-    assert [os.path.basename(p) for p in seen] == ["seekdata-manifest-parquet.json"]
+    assert [p for p in seen if not p.endswith(".pyc")] == [
+        str(small / "seekdata-manifest-parquet.json")
+    ]  # (a module imported for the first time opens its .pyc)
     assert ParquetRows(names, ["text"]).columns == ["text"]
 
 
@@ -392,7 +396,7 @@ def test_a_folder_without_a_manifest_is_read_as_before_beside_one_with(
     names = [*sorted(str(p) for p in small.glob("rows-*.parquet")), str(other / "more.parquet")]
     with opens.counting() as seen:
         ds = ParquetRows(names)
-    assert sorted(seen) == sorted(
+    assert sorted(p for p in seen if not p.endswith(".pyc")) == sorted(
         [
             str(small / "seekdata-manifest-parquet.json"),  # no footer of its files
             str(other / "seekdata-manifest-parquet.json"),  # looked for: none
