@@ -407,3 +407,19 @@ def test_a_folder_without_a_manifest_is_read_as_before_beside_one_with(
     assert ds.stream_signature == plain.stream_signature and len(ds) == 570 + 190
     picks = list(range(0, len(ds), 11))
     assert first_difference(ds.__getitems__(picks), plain.__getitems__(picks)) is None
+
+
+def test_worker_threads_read_each_footer_once_and_give_the_same_stream(
+    small: pathlib.Path,
+) -> None:
+    pattern = corpus.pattern("parquet", str(small))
+    reference = corpus.stream(
+        corpus.make_loader("parquet", ParquetRows(pattern, manifest=False), batch_size=16), 1
+    )
+    ds = ParquetRows(pattern)
+    loader = corpus.make_loader("parquet", ds, batch_size=16, num_workers=3)
+    loader.worker_method = "thread"  # the threads share the dataset, and its footers
+    got = corpus.stream(loader, 1)
+    assert len(got) == len(reference)
+    assert all(first_difference(x, y) is None for x, y in zip(got, reference, strict=True))
+    assert ds._lazy.made == 3  # each file's footer once, whichever thread came first
