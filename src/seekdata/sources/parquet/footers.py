@@ -1,9 +1,9 @@
-"""Parquet footers: each file's row groups and schema, read once.
+"""Parquet footers: each file's row groups and schema, read once; the family's manifest entry.
 
 A Parquet file ends with its footer (the row groups, their rows and the byte range of every
 column chunk) and the footer's length. :func:`describe` reads it once per file:
 
-- a local file: with pyarrow, from the file;
+- a local file: with pyarrow, through one Python ``open`` of the file;
 - a remote file: with ``index_dir``, from the copy kept there (``<name>.<digest>
   .seekdata-parquet``: a line of JSON with the object's size and ``ETag``, then the footer),
   so building the dataset sends no request at all; else with one request for the object's
@@ -16,6 +16,15 @@ rewritten under a built dataset is refused, never read as another table's rows. 
 whose column chunks do not fit before the file's footer (another file's, swapped in) is refused
 when the dataset is built, and any row group's at its read; ``rebuild=True`` (``ParquetRows(...,
 rebuild_index=True)``) reads every footer from its file again and keeps it anew.
+
+The corpus manifest (:mod:`seekdata.sources.files.manifest`, written by ``seekdata index``)
+holds what building a dataset needs of each file, so that no footer is read then:
+:func:`manifest_entry` gives a file's entry — its rows per row group (``row_groups``), its
+schema (:func:`schema_description`; :func:`intern_schemas` keeps each distinct one once, in the
+manifest's top-level ``schemas``) and :func:`file_digest`, the digest of what decides its rows,
+which the footer gives the same. A dataset built from a manifest reads a file's footer when it
+first reads one of its rows, and :func:`describe` (``check=``) refuses a file whose size, stamp
+or footer digest is not its entry's, naming the file, the manifest and the fix.
 """
 
 from __future__ import annotations

@@ -198,6 +198,11 @@ class ParquetRows(FileSource[dict[str, Any]]):
             check=check,
         )
 
+    def _known(self, k: int) -> Part | None:
+        """File ``k``'s footer if this process has it, else None (nothing read)."""
+        part = self._described.get(k)
+        return self._lazy.peek(k) if part is None else part
+
     def _part(self, k: int) -> Part:
         """File ``k``'s footer: read at construction, or by the first thread of this process
         that needs it."""
@@ -316,13 +321,10 @@ class ParquetRows(FileSource[dict[str, Any]]):
         missing = [g for g in groups if g not in have]
         owners = {g: self._owner(g) for g in missing}
         files = list(dict.fromkeys(k for k, _ in owners.values()))  # the files read
-        parts = dict(
-            zip(
-                files,
-                remote.map_objects(self._part, files, [self._names[k] for k in files]),
-                strict=True,
-            )
-        )
+        parts = {k: p for k in files if (p := self._known(k)) is not None}
+        unread = [k for k in files if k not in parts]  # footers to read: concurrently if remote
+        found = remote.map_objects(self._part, unread, [self._names[k] for k in unread])
+        parts.update(zip(unread, found, strict=True))
         wanted = []
         for g in missing:
             k, local = owners[g]
