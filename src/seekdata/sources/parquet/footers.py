@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import io
 import json
 import os
 import stat
@@ -129,11 +128,18 @@ def schema_description(metadata: Any) -> dict[str, Any]:
     its digest covers) and ``arrow`` (the schema's IPC bytes, base64: the exact types back).
     The schema-level metadata (pandas' index, the writer's) is dropped: it varies from file
     to file of one table and decides no row."""
-    arrow = metadata.schema.to_arrow_schema().remove_metadata()
-    return {
-        "fields": [[f.name, str(f.type), f.nullable] for f in arrow],
-        "arrow": base64.b64encode(arrow.serialize().to_pybytes()).decode("ascii"),
-    }
+    raw = metadata.schema.to_arrow_schema().remove_metadata().serialize().to_pybytes()
+    return _described(raw)
+
+
+@functools.lru_cache(maxsize=64)
+def _described(raw: bytes) -> dict[str, Any]:
+    """The description of the schema whose IPC bytes are ``raw``: made once per distinct
+    schema (the files of one table share one), so describing 10^4 files costs one each. The
+    files share the dict: never changed (a manifest entry copies what it rewrites)."""
+    arrow = pa.ipc.read_schema(pa.py_buffer(raw))
+    fields = [[f.name, str(f.type), f.nullable] for f in arrow]
+    return {"fields": fields, "arrow": base64.b64encode(raw).decode("ascii")}
 
 
 def arrow_schema(description: dict[str, Any]) -> pa.Schema:
@@ -303,13 +309,31 @@ def _local(name: str, where: str, check: Check | None = None) -> Part:
         if check is not None:
             _check_stamp(name, check, st.st_size, _manifest.local_stamp(st), where)
         try:
-            metadata = pq.read_metadata(f)
-        except Exception as exc:  # pyarrow raises ArrowInvalid / OSError subclasses
+            metadata = _local_footer(f, st.st_size)
+        except Exception as exc:  # ours, or pyarrow's ArrowInvalid / OSError subclasses
             raise ValueError(
                 f"{where}: {name} is not a readable Parquet file ({exc}); check the path, or "
                 "rewrite the file"
             ) from exc
     return Part(name, os.path.abspath(path), None, metadata, st.st_size, st.st_mtime_ns)
+
+
+def _local_footer(f: Any, size: int) -> Any:
+    """The metadata of the open Parquet file ``f`` of ``size`` bytes, in two reads (its last 8
+    bytes, then its footer), parsed by pyarrow from a buffer of its own: as fast as pyarrow
+    opening the path, where a Python file object handed to pyarrow is read call by call."""
+    if size < 12:
+        raise ValueError(f"{size} bytes, too short for a Parquet file")
+    f.seek(size - 8)
+    tail = f.read(8)
+    if tail[4:] != _MAGIC:
+        raise ValueError("it does not end with PAR1")
+    length = int.from_bytes(tail[:4], "little")
+    if length + 12 > size:
+        raise ValueError(f"its footer claims {length} bytes, more than the file")
+    f.seek(size - 8 - length)
+    footer = f.read(length)
+    return pq.read_metadata(pa.BufferReader(_MAGIC + footer + tail))
 
 
 def _kept(stores: remote.Stores, url: str, index_dir: str | None) -> tuple[int, Any, bytes] | None:
@@ -345,7 +369,7 @@ def _footer_from_tail(url: str, file: remote.RemoteFile, tail: bytes) -> bytes:
 def _parse(url: str, footer: bytes) -> Any:
     blob = _MAGIC + footer + len(footer).to_bytes(4, "little") + _MAGIC
     try:
-        return pq.read_metadata(io.BytesIO(blob))
+        return pq.read_metadata(pa.BufferReader(blob))
     except Exception as exc:
         raise ValueError(
             f"{url}: its Parquet footer cannot be read ({exc}); the file is corrupt or not "
