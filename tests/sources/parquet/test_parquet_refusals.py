@@ -91,7 +91,7 @@ def test_a_file_replaced_under_its_kept_footer_names_rebuild_index_which_works(
     assert kept in message
     healed = open_rows(remote, rebuild_index=True)
     want = all_rows(local)
-    first, second = local.shard_starts[0], local.shard_starts[len(local._parts[0].row_groups)]
+    first, second = local.shard_starts[0], local.shard_starts[len(local._part(0).row_groups)]
     assert len(healed) == len(local) - 40  # the second file now holds the first one's 150 rows
     assert all_rows(healed)[:second] == want[:second]
     assert all_rows(healed)[second : second + 150] == want[first:150]
