@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import seekdata
+import seekdata.state
 from seekdata.testing import assert_exact_resume, first_difference
 from tests.helpers.datasets import GlobalRNGAug, SampleRNGAug, batches_equal
 

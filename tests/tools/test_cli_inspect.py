@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import seekdata
+import seekdata.state
 from seekdata import checkpoint
 from seekdata.tools import inspection
 
