@@ -19,6 +19,7 @@ from seekdata.sources.files import paths as _paths
 from seekdata.sources.files.source import FileSource
 from seekdata.sources.tokens import index as _index
 from seekdata.sources.tokens import packing as _packing
+from seekdata.sources.tokens.documents import FileDocuments
 from seekdata.sources.tokens.files import TokenReader, check_dtype, describe
 
 __all__ = [
@@ -142,6 +143,22 @@ class _TokenCorpus(FileSource[_Sample]):
         # the public name: a remote dataset (RemoteTokenWindows) decides the same items
         spec = repr((self._where, self.seq_len, self.dtype.str, *fields))
         return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+def _bounds_digest(bounds: np.ndarray) -> str:
+    """The digest of given document boundaries (``document_ends=``)."""
+    return hashlib.blake2b(
+        np.ascontiguousarray(bounds, dtype="<i8").data, digest_size=16
+    ).hexdigest()
+
+
+def _digest_of_digests(params: tuple[Any, ...], n: int, digests: Sequence[str]) -> str:
+    """A signature's digest from the family's parameters, the items ``n`` and the per-file
+    digests in the dataset's order."""
+    h = hashlib.blake2b(repr((params, n)).encode(), digest_size=16)
+    for d in digests:
+        h.update(bytes.fromhex(d))
+    return h.hexdigest()
 
 
 def _basename(name: str) -> str:
@@ -360,22 +377,22 @@ class PackedDocuments(_TokenCorpus):
                 f"eos_id={eos_id!r} and document_ends={'None' if document_ends is None else '...'}"
             )
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
-        self._tails: frozenset[int] = frozenset()  # documents that end a file without eos
+        counts: list[int] | None = None
         if self.eos_id is None:
-            bounds = self._given_bounds(document_ends)
+            self._documents: _packing.Documents = _packing.Bounds(self._given_bounds(document_ends))
         else:
-            bounds = self._indexed_bounds(None if index_dir is None else os.fspath(index_dir),
-                                          rebuild_index)  # fmt: skip
-        self._bounds = bounds
-        # where a document's start needs eos_id before it: everywhere but at a file's start
-        self._file_starts = frozenset(self._reader.starts[:-1])
-        self._packing = _packing.Packing(bounds, self.seq_len)
+            self._documents, counts = self._indexed(
+                None if index_dir is None else os.fspath(index_dir), rebuild_index
+            )
+        self._packing = _packing.LazyPacking(self._documents, self.seq_len, counts, where)
         self._stream_signature: str | None = None
 
-    def _indexed_bounds(self, index_dir: str | None, rebuild: bool) -> np.ndarray:
+    def _indexed(self, index_dir: str | None, rebuild: bool) -> tuple[FileDocuments, list[int]]:
+        """The documents from every file's boundary index, read (or built) now, and the
+        sequences of each packing block, counted a block at a time: no boundary of the whole
+        corpus is held, and the indexes are read again, lazily, by the blocks that need them."""
         assert self.eos_id is not None  # the caller checked
-        files, starts = self._reader.files, self._reader.starts
-        eos_id = self.eos_id
+        files, eos_id = self._reader.files, self.eos_id
 
         def load(f: Any) -> Any:
             index = _index.load_or_build(
@@ -387,23 +404,15 @@ class PackedDocuments(_TokenCorpus):
 
         indexes = remote.map_objects(load, files, [f.name for f in files])
         self._checked = True  # every file's ids were checked from its index
-        # a file's tokens after its last eos (or a file without one) are a document too
-        tails = [
-            len(ix.ends) == 0 or ix.ends[-1] != f.tokens
-            for f, ix in zip(files, indexes, strict=True)
-        ]
-        counts = [len(ix.ends) + tail for ix, tail in zip(indexes, tails, strict=True)]
-        bounds = np.empty(sum(counts) + 1, dtype=np.int64)
-        bounds[0], at, tail_docs = 0, 1, []
-        for k, (ix, tail) in enumerate(zip(indexes, tails, strict=True)):
-            np.add(ix.ends, starts[k], out=bounds[at : at + len(ix.ends)])
-            at += len(ix.ends)
-            if tail:
-                bounds[at] = starts[k + 1]
-                tail_docs.append(at - 1)
-                at += 1
-        self._tails = frozenset(tail_docs)
-        return bounds
+        documents = FileDocuments(
+            self._reader, eos_id,
+            np.array([ix.documents for ix in indexes], dtype=np.int64),
+            np.array([ix.tail for ix in indexes], dtype=bool),
+            [ix.digest for ix in indexes],
+            index_dir=index_dir, rebuild=rebuild,
+        )  # fmt: skip
+        lengths = (_index.document_lengths(ix) for ix in indexes)
+        return documents, _packing.block_counts(lengths, self.seq_len)
 
     def _given_bounds(self, document_ends: Any) -> np.ndarray:
         where, total = self._where, self.num_tokens
@@ -431,7 +440,7 @@ class PackedDocuments(_TokenCorpus):
 
     @property
     def num_documents(self) -> int:
-        return len(self._bounds) - 1
+        return self._documents.documents
 
     @property
     def utilization(self) -> float:
@@ -440,8 +449,11 @@ class PackedDocuments(_TokenCorpus):
 
     @property
     def nbytes(self) -> int:
-        """Memory the dataset holds for its documents and packing (the token files aside)."""
-        return self._bounds.nbytes + self._packing.nbytes
+        """Memory the dataset holds for its documents and packing (the token files aside): per
+        file a few integers, per block its count, and the blocks packed in this process."""
+        given = self._documents
+        held = given.all.nbytes if isinstance(given, _packing.Bounds) else given.nbytes
+        return held + self._packing.nbytes
 
     @property
     def shard_sizes(self) -> list[int]:
@@ -451,26 +463,49 @@ class PackedDocuments(_TokenCorpus):
         existed."""
         if not self.sharded:
             raise AttributeError(f"{self._where} has no shards: pass sharded=True")
-        return list(self._packing.sequences_per_block)
+        return self._packing.sequences_per_block
 
     @property
     def stream_signature(self) -> str:
-        """What decides the sequences (seq_len, dtype, pad_id, the documents' lengths in order
-        (a blake2b digest of their boundaries), the packing's version and its sequences per
-        block), for a loader's or sampler's state: a checkpoint over another packing, or over
-        the corpus in another order, is refused at ``load_state_dict``. How the corpus is cut
-        into files, and where the boundaries came from, are not part of it."""
-        if self._stream_signature is None:  # hashed once: 1e7 documents in ~0.1 s
-            lengths = hashlib.blake2b(self._bounds.astype("<i8", copy=False).data, digest_size=16)
-            digest = self._signature(
-                _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_tokens,
-                self.num_documents, lengths.hexdigest(), self._packing.sequences_per_block,
-                *((("sharded", True),) if self.sharded else ()),
-            )  # fmt: skip
+        """What decides the sequences, for a loader's or sampler's state: a checkpoint over
+        another packing, or over the corpus in another order, is refused at
+        ``load_state_dict``. A digest of digests: of seq_len, dtype, eos_id, pad_id, the
+        packing's version and block, the sequences, and each file's index digest in order (its
+        token count, smallest and largest id and document ends), so it is built from the
+        manifest without reading an index, and the same with or without one. With
+        ``document_ends``, the digest of those boundaries stands for the files'."""
+        if self._stream_signature is None:
+            given = self._documents
+            digests = (
+                [_bounds_digest(given.all)]
+                if isinstance(given, _packing.Bounds)
+                else [d.decode() for d in given.digests.tolist()]
+            )
+            params = (self._where, self.seq_len, self.dtype.str, self.eos_id, self.pad_id,
+                      _packing.PACKING_VERSION, _packing.BLOCK, self.sharded)  # fmt: skip
+            digest = _digest_of_digests(params, len(self), digests)
             self._stream_signature = (
-                f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
+                f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, d2:{digest})"
             )
         return self._stream_signature
+
+    def legacy_signature(self) -> str:
+        """:attr:`stream_signature` as releases before the manifest wrote it (a digest of every
+        document boundary), to accept their checkpoints: it reads every file's index, a block
+        at a time (slow on a large corpus; a resume does it once)."""
+        h = hashlib.blake2b(digest_size=16)
+        documents = self._documents
+        for d0 in range(0, documents.documents, _packing.BLOCK):
+            d1 = min(documents.documents, d0 + _packing.BLOCK)
+            bounds = documents.bounds(d0, d1)
+            h.update(np.ascontiguousarray(bounds[:-1] if d1 < documents.documents else bounds,
+                                          dtype="<i8").data)  # fmt: skip
+        digest = self._signature(
+            _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_tokens,
+            self.num_documents, h.hexdigest(), self._packing.sequences_per_block,
+            *((("sharded", True),) if self.sharded else ()),
+        )  # fmt: skip
+        return f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
 
     def locate(self, index: SupportsIndex) -> list[tuple[int, int, int]]:
         """``(document, start, stop)`` of each document piece in sequence ``index``, in order:
@@ -484,9 +519,8 @@ class PackedDocuments(_TokenCorpus):
     def _token_ranges(self, index: int) -> list[tuple[int, int]]:
         out = []
         for s in self._packing.segments(index):
-            whole = s.stop == self._bounds[s.document + 1]  # else a piece: one token more
-            stop = s.stop if whole else s.stop + 1
-            first = self._checked_start(s.document)  # and the token before its document
+            stop = s.stop if s.stop == s.doc_stop else s.stop + 1  # a piece: one token more
+            first = self._checked_start(s.doc_start)  # and the token before its document
             if first is not None and first == s.start:
                 out.append((s.start - 1, stop))
                 continue
@@ -495,13 +529,16 @@ class PackedDocuments(_TokenCorpus):
             out.append((s.start, stop))
         return out
 
-    def _checked_start(self, doc: int) -> int | None:
-        """Where document ``doc`` starts, when the token before it must be eos_id (not at a
-        file's start, and only with eos_id: given ``document_ends`` are the caller's)."""
-        first = int(self._bounds[doc])
-        if self.eos_id is None or first in self._file_starts:
+    def _checked_start(self, first: int) -> int | None:
+        """``first``, where a document starts, when the token before it must be eos_id (not at
+        a file's start, and only with eos_id: given ``document_ends`` are the caller's)."""
+        if self.eos_id is None or self._reader.starts[self._reader.file_at(first)] == first:
             return None
         return first
+
+    def _is_tail(self, doc: int) -> bool:
+        given = self._documents
+        return isinstance(given, FileDocuments) and given.is_tail(doc)
 
     def __getitem__(self, index: SupportsIndex) -> _Sample:
         length = self.seq_len
@@ -510,13 +547,13 @@ class PackedDocuments(_TokenCorpus):
         positions = np.empty(length, dtype=np.int64)
         at, ends = 0, 0  # ends: the documents here that end with eos_id
         segments = self._packing.segments(self._check_index(index))
-        for doc, start, stop in segments:
+        for doc, start, stop, doc_start, doc_stop in segments:
             n = stop - start
-            whole = stop == self._bounds[doc + 1]  # else a piece: its last label comes next
+            whole = stop == doc_stop  # else a piece: its last label comes next
             end = stop if whole else stop + 1
             # the token before the document is eos_id: else the index starts it inside another
             # (an added boundary), and every sequence of it would hold the wrong tokens
-            first = self._checked_start(doc)
+            first = self._checked_start(doc_start)
             if first is not None and first == start:  # its first segment: one token more
                 tokens = self._read(start - 1, end)
                 before, tokens = tokens[0], tokens[1:]
@@ -526,7 +563,7 @@ class PackedDocuments(_TokenCorpus):
                 before, tokens = self.eos_id, self._read(start, end)
             if first is not None and before != self.eos_id:
                 self._not_indexed(doc, first, "start")
-            if whole and self.eos_id is not None and doc not in self._tails:
+            if whole and self.eos_id is not None and not self._is_tail(doc):
                 if tokens[-1] != self.eos_id:
                     self._not_indexed(doc, stop - 1, "end")
                 ends += 1
@@ -548,8 +585,8 @@ class PackedDocuments(_TokenCorpus):
 
     def _eos_inside(self, segments: list[_packing.Segment]) -> None:
         """Raise naming the first eos_id before the last token of one of ``segments``."""
-        for doc, start, stop in segments:
-            last = stop - 1 if stop == self._bounds[doc + 1] else stop  # a piece: all inside
+        for doc, start, stop, _, doc_stop in segments:
+            last = stop - 1 if stop == doc_stop else stop  # a piece: all inside
             inner = np.flatnonzero(self._reader.read(start, last) == self.eos_id)
             if len(inner):
                 self._not_indexed(doc, start + int(inner[0]), "inside")
