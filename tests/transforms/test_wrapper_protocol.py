@@ -51,6 +51,9 @@ class Declares(torch.utils.data.Dataset):
     def signature_of_first(self, n: int) -> str:
         return f"first {n}"
 
+    def accepts_signature(self, signature: str, n: int) -> bool:
+        return signature == f"old first {n}"
+
     def shard_sizes_of_first(self, n: int) -> tuple[int, ...]:
         return (2, n - 2)
 
@@ -84,6 +87,7 @@ class Plain(torch.utils.data.Dataset):
 #: How each member is compared: what to call a callable member with.
 CALLS: dict[str, tuple[Any, ...]] = {
     "signature_of_first": (3,),
+    "accepts_signature": ("old first 3", 3),
     "shard_sizes_of_first": (5,),
     "stream_records": (2, 7, True),
     "check_records": ({"records": [2, 7, True]}, "here", True),
@@ -151,6 +155,7 @@ def test_every_accessor_answers_through_every_wrapper(wrap: Callable[[Any], Any]
                 "stream_records": (2, 7, True),
                 "check_records": ({"records": [2, 7, True]}, "here", True),
                 "source_with_id": (0,),
+                "accepts_signature": ("old first 3", 3),
             }.get(name, ())
             mine, theirs = accessor(wrapped, *args), accessor(source, *args)
             if callable(theirs):

@@ -131,7 +131,11 @@ def check_append(
     the signature of its first ``n0`` items now (:func:`signature_then`)."""
     refuse_unstable(dataset, where, label)
     first_items(dataset, n0, f"{where}: {label}" if label else where)
-    if recorded is not None and signature_then(dataset, n0) != recorded:
+    if (
+        recorded is not None
+        and signature_then(dataset, n0) != recorded
+        and not _source.accepts_signature(dataset, recorded, n0)
+    ):
         raise StateMismatchError(
             f"{where}: {label or 'the dataset'} did not grow append-only: the signature of its "
             f"first {n0} items is {signature_then(dataset, n0)!r} but {recorded!r} before it "

@@ -104,7 +104,9 @@ def check_stream(
         if grew
         else ""
     )
-    check_dataset(state, signature, type(dataset), where, strict, detail)
+    n = len(dataset) if n_then is None else n_then
+    accepts = lambda old: _source.accepts_signature(dataset, old, n)  # noqa: E731
+    check_dataset(state, signature, type(dataset), where, strict, detail, accepts=accepts)
 
 
 def _check_sources(state: Mapping[str, Any], dataset: Any, where: str, strict: bool) -> None:
@@ -128,7 +130,7 @@ def _check_sources(state: Mapping[str, Any], dataset: Any, where: str, strict: b
             continue
         label, source = found
         now = signature_then(source, entry[1]) if len(source) >= entry[1] else None
-        if now == entry[2]:
+        if now == entry[2] or (now and _source.accepts_signature(source, entry[2], entry[1])):
             continue
         problem = (
             f"source {label} is not the data the checkpoint read: the signature of its first "

@@ -27,6 +27,7 @@ __all__ = [
     "MEMBERS",
     "SeekableSource",
     "WrapsSource",
+    "accepts_signature",
     "append_stable",
     "check_records",
     "declared",
@@ -65,6 +66,13 @@ class SeekableSource(Protocol):
         dataset that grew (``load_state_dict(state, grow=True)``, ``grown=``) proves its old
         items are the checkpoint's. Without it: a dataset that grew is compared with its whole
         ``stream_signature``, which differs, so the growth is refused.
+    ``accepts_signature(signature, n) -> bool``
+        Whether ``signature``, a form an earlier release wrote and this one no longer writes,
+        describes the dataset's first ``n`` items: how a checkpoint written before a family
+        changed the form of its signature (tar shards before manifests: a digest of digests
+        now) still resumes. Asked only when a state's signature is not the dataset's, by
+        ``load_state_dict`` and growth; it may be slow (read every per-file index once) and
+        should say so. Without it: a signature that differs is refused.
     ``append_stable: bool``
         ``True`` (or absent): appending data keeps every old item at its index with its bytes,
         so the dataset may grow. ``False``: it may not (a packing that depends on every
@@ -140,6 +148,7 @@ class SeekableSource(Protocol):
 MEMBERS = (
     "stream_signature",
     "signature_of_first",
+    "accepts_signature",
     "append_stable",
     "grow_instead",
     "shard_sizes",
@@ -298,6 +307,13 @@ def signature_of_first(dataset: Any) -> Callable[[int], str] | None:
     """``dataset.signature_of_first``; None when it declares none."""
     first = declared(dataset, "signature_of_first")
     return first if callable(first) else None
+
+
+def accepts_signature(dataset: Any, signature: str, n: int) -> bool:
+    """``dataset.accepts_signature(signature, n)``: whether an earlier form of signature
+    describes its first ``n`` items; False without it."""
+    accepts = declared(dataset, "accepts_signature")
+    return bool(accepts(signature, n)) if callable(accepts) else False
 
 
 def append_stable(dataset: Any) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from seekdata._core.checks import is_state_int
@@ -329,6 +329,7 @@ def check_dataset(
     strict: bool,
     detail: str = "",
     same: str | None = None,
+    accepts: Callable[[str], bool] | None = None,
 ) -> None:
     """A loader state's dataset signature (:data:`K_DATASET`) against this loader's dataset's
     ``stream_signature`` (``here``; None for a dataset without one), both ways: a state saved
@@ -336,9 +337,10 @@ def check_dataset(
     stream takes only a state saved over it. ``detail``: how the two differ, if known;
     ``same``: what "the same dataset" means for it (default: the wording the family of the
     checkpoint's signature registered with :func:`describe_same`, else the same data and
-    arguments)."""
+    arguments); ``accepts``: whether a signature of an earlier form describes it (the
+    source's ``accepts_signature``)."""
     old = state.get(K_DATASET)
-    if old == here:
+    if old == here or (isinstance(old, str) and here is not None and accepts and accepts(old)):
         return
     if here is None:
         problem = (
