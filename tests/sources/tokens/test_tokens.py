@@ -187,7 +187,7 @@ def test_lazy_packing_gives_the_eager_packings_sequences_bit_for_bit(
     fresh = PackedDocuments(ds.files, 32, eos_id=EOS, pad_id=PAD)
     for i in range(len(ds) - 1, -1, -4099):
         assert fresh.locate(i) == ds.locate(i)
-    assert len(fresh._packing._cache._blocks) <= _packing.CACHED_BLOCKS
+    assert len(fresh._packing._cache) <= _packing.CACHED_BLOCKS
     assert fresh.nbytes < 4 * 1024 * 1024  # no boundary of the whole corpus is held
 
 
@@ -320,6 +320,31 @@ def test_a_state_over_another_packing_is_refused(tmp_path: pathlib.Path) -> None
     seekdata.StatefulDataLoader(a, batch_size=2).load_state_dict(state)
     with pytest.raises(seekdata.StateMismatchError, match="dataset"):
         seekdata.StatefulDataLoader(b, batch_size=2).load_state_dict(state)
+
+
+def test_a_checkpoint_signed_before_the_manifest_still_resumes(tmp_path: pathlib.Path) -> None:
+    """A state written by the release that signed every boundary (the old form) is accepted
+    by computing that form, once, with a warning that says why it is slow; another old-form
+    signature is still refused."""
+    names = write(tmp_path, documents(list(range(1, 60))), [20])
+    ds = PackedDocuments(names, 16, eos_id=EOS)
+    loader = seekdata.StatefulDataLoader(ds, batch_size=4, seed=3)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    want = next(it)
+    old = {**state, "dataset": ds.legacy_signature()}
+    assert ", d2:" in state["dataset"] and ", d2:" not in old["dataset"]
+    fresh = seekdata.StatefulDataLoader(
+        PackedDocuments(names, 16, eos_id=EOS), batch_size=4, seed=3
+    )
+    with pytest.warns(UserWarning, match="reads the index of every one of the 2 files once"):
+        fresh.load_state_dict(old)
+    got = next(iter(fresh))
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    other = {**state, "dataset": old["dataset"][:-5] + "00000)"}
+    with pytest.raises(seekdata.StateMismatchError), pytest.warns(UserWarning):
+        fresh.load_state_dict(other)
 
 
 def test_token_files_in_another_order_are_another_corpus(tmp_path: pathlib.Path) -> None:

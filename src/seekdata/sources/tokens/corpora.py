@@ -6,7 +6,9 @@ The public face is :mod:`seekdata.tokens`; its docstring is the user's guide to 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any, SupportsIndex
 
@@ -15,12 +17,13 @@ import torch
 
 from seekdata._core.checks import check_bool, check_int
 from seekdata.sources import remote
+from seekdata.sources.files import manifest as _manifest
 from seekdata.sources.files import paths as _paths
 from seekdata.sources.files.source import FileSource
 from seekdata.sources.tokens import index as _index
 from seekdata.sources.tokens import packing as _packing
 from seekdata.sources.tokens.documents import FileDocuments
-from seekdata.sources.tokens.files import TokenReader, check_dtype, describe
+from seekdata.sources.tokens.files import TokenReader, check_dtype, describe, from_manifest
 
 __all__ = [
     "IGNORE_INDEX",
@@ -34,6 +37,8 @@ __all__ = [
 IGNORE_INDEX = -100
 
 _Files = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+#: The columns of a tokens manifest a dataset reads at construction (dropped after).
+_COLUMNS = ("stamp", "documents", "tail", "min_id", "max_id")
 _Sample = dict[str, torch.Tensor]
 
 
@@ -77,8 +82,16 @@ class _TokenCorpus(FileSource[_Sample]):
         storage_options: Any = None,
         cache: Any = None,
         windows: bool = False,
+        *,
+        index_dir: str | None = None,
+        manifest: Any = None,
+        eos_id: Any = None,
+        packed: bool = False,
     ) -> None:
-        """``windows``: items read ``seq_len + 1`` tokens of the corpus (packing pads instead)."""
+        """``windows``: items read ``seq_len + 1`` tokens of the corpus (packing pads instead).
+        The files' folders' manifests (``manifest=``) describe them without a stat or a HEAD
+        each; ``eos_id`` and ``packed`` (the packing counts for this ``seq_len``) only shape
+        the ``seekdata index`` command a refusal names."""
         where = self._where
         self.seq_len = _int(seq_len, "seq_len", where, 1, "pass the tokens per sequence, e.g. 2048")
         self.dtype = check_dtype(dtype, where)
@@ -88,10 +101,35 @@ class _TokenCorpus(FileSource[_Sample]):
         names = _paths.expand(files, where, noun="token file", example="train-{00..09}.bin")
         stores = remote.Stores(remote.check_options(storage_options, where))
         cache = remote.check_cache(cache, where)
-        described = remote.map_objects(
-            lambda n: describe(n, self.dtype, stores=stores, cache=cache), names, names
+        eos = eos_id if isinstance(eos_id, int) and not isinstance(eos_id, bool) else "E"
+        fix_args = _index.index_flags(eos, self.dtype) + (
+            f" --seq-len {self.seq_len}" if packed else ""
         )
-        self._reader = TokenReader(described, self.dtype)
+        table = _manifest.for_files(
+            names, "tokens", stores=stores, index_dir=index_dir,
+            manifest=_manifest.check_choice(manifest, where), columns=_COLUMNS, where=where,
+            pattern=os.fspath(files) if isinstance(files, str | os.PathLike) else None,
+            fix_args=fix_args,
+        )  # fmt: skip
+        described: list[Any] = [None] * len(names)
+        rest = list(range(len(names)))
+        if table is not None:
+            self._check_params(table, "dtype", self.dtype.str, "dtype")
+            stamps = table.columns["stamp"]
+            rest = np.flatnonzero(~table.covered()).tolist()
+            for k in np.flatnonzero(table.covered()).tolist():  # nothing read: no stat, no HEAD
+                described[k] = from_manifest(
+                    names[k], self.dtype, int(table.size[k]), int(table.items[k]), stamps[k],
+                    stores=stores, cache=cache,
+                )  # fmt: skip
+        others = [names[k] for k in rest]
+        found = remote.map_objects(
+            lambda n: describe(n, self.dtype, stores=stores, cache=cache), others, others
+        )
+        for k, f in zip(rest, found, strict=True):
+            described[k] = f
+        self._table = table
+        self._reader = TokenReader(described, self.dtype, table)
         self._checked = self.vocab_size is None  # True: no read needs the vocabulary check
         if windows and self.seq_len >= self.num_tokens:  # before np.arange(seq_len + 1)
             raise ValueError(
@@ -101,6 +139,29 @@ class _TokenCorpus(FileSource[_Sample]):
             )
         # positions 0 .. L, shared by every item; no document is longer than the corpus
         self._arange = np.arange(min(self.seq_len, self.num_tokens) + 1, dtype=np.int64)
+
+    def _check_params(self, table: _manifest.Table, key: str, value: Any, argument: str) -> None:
+        """Refuse a manifest written for another ``params[key]`` than this dataset's."""
+        for url, params in zip(table.manifests, table.params, strict=True):
+            if params.get(key) != value:
+                raise ValueError(
+                    f"{self._where}: the manifest {url} indexed its files with {key} "
+                    f"{params.get(key)!r}, but {argument}={value!r} here; pass the {argument} "
+                    f"the files were indexed with, index them again with `seekdata index"
+                    f"{table.fix_args} <your files>`, or pass manifest=False"
+                )
+
+    def _vocab_checked(self, files: list[int]) -> bool:
+        """Whether the manifest rows of ``files`` (indices) show every id in
+        ``[0, vocab_size)``; a file whose recorded ids leave it is refused, naming its first
+        such token (the only case that reads the file)."""
+        table, vocab = self._table, self.vocab_size
+        if table is None or vocab is None:
+            return False
+        low, high = table.columns["min_id"], table.columns["max_id"]
+        for k in files:
+            _index.check_vocab(self._reader.files[k], int(low[k]), int(high[k]), self.dtype, vocab)
+        return True
 
     def _token_id(self, value: Any, name: str) -> int:
         info = np.iinfo(self.dtype)
@@ -145,22 +206,6 @@ class _TokenCorpus(FileSource[_Sample]):
         return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
-def _bounds_digest(bounds: np.ndarray) -> str:
-    """The digest of given document boundaries (``document_ends=``)."""
-    return hashlib.blake2b(
-        np.ascontiguousarray(bounds, dtype="<i8").data, digest_size=16
-    ).hexdigest()
-
-
-def _digest_of_digests(params: tuple[Any, ...], n: int, digests: Sequence[str]) -> str:
-    """A signature's digest from the family's parameters, the items ``n`` and the per-file
-    digests in the dataset's order."""
-    h = hashlib.blake2b(repr((params, n)).encode(), digest_size=16)
-    for d in digests:
-        h.update(bytes.fromhex(d))
-    return h.hexdigest()
-
-
 def _basename(name: str) -> str:
     """A token file's name without its folder, bucket or query: what names it in a signature."""
     return name.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
@@ -180,6 +225,12 @@ class TokenWindows(_TokenCorpus):
         storage_options: for remote files (``s3://``, ``https://``, ``hf://``, ...), the
             back-end's options (docs/remote.md); None: its usual places (the environment).
         cache: for remote files, a :class:`seekdata.remote.Cache` on local disk, or None.
+        manifest: None (the default): each folder's corpus manifest, written by ``seekdata
+            index --eos-id``, gives the files' sizes without a stat or a HEAD each (and, with
+            ``vocab_size``, their smallest and largest ids); False: none is read; a path or
+            URL: that manifest, for every file (docs/scale.md).
+        index_dir: where the manifests live when not beside the files (as ``seekdata index
+            --index-dir``).
         shard_windows: given, the corpus is cut into shards of this many consecutive windows
             (the last one shorter), :attr:`shard_sizes`, so that ``order="shards"`` reads a
             few shards at a time, their windows shuffled among themselves: for files in object
@@ -208,6 +259,8 @@ class TokenWindows(_TokenCorpus):
         storage_options: dict[str, Any] | None = None,
         cache: Any = None,
         shard_windows: int | None = None,
+        manifest: str | os.PathLike[str] | bool | None = None,
+        index_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.shard_windows = None
         if shard_windows is not None:  # checked before any file is read
@@ -217,7 +270,17 @@ class TokenWindows(_TokenCorpus):
                 "uint16 tokens is 16 MiB), or None for no shards",
             )  # fmt: skip
         self._sharded = self.shard_windows is not None
-        self._setup(files, seq_len, dtype, vocab_size, storage_options, cache, windows=True)
+        self._setup(
+            files, seq_len, dtype, vocab_size, storage_options, cache, windows=True,
+            index_dir=None if index_dir is None else os.fspath(index_dir), manifest=manifest,
+            eos_id=eos_id,
+        )  # fmt: skip
+        table = self._table
+        if table is not None and self.vocab_size is not None and table.covered().all():
+            low, high = np.array(table.columns["min_id"]), np.array(table.columns["max_id"])
+            self._checked = bool((low >= 0).all() and (high < self.vocab_size).all())
+        if table is not None:
+            table.drop_columns()
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
         self._len = (self.num_tokens - 1) // self.seq_len  # >= 1: _setup checked seq_len
         self._signatures: dict[int, str] = {}  # signature_of_first, by n
@@ -358,10 +421,15 @@ class PackedDocuments(_TokenCorpus):
         storage_options: dict[str, Any] | None = None,
         cache: Any = None,
         sharded: bool = False,
+        manifest: str | os.PathLike[str] | bool | None = None,
     ) -> None:
         where = self._where
         self.sharded = self._sharded = check_bool(sharded, "sharded", where)
-        self._setup(files, seq_len, dtype, vocab_size, storage_options, cache)
+        index_dir = None if index_dir is None else os.fspath(index_dir)
+        self._setup(
+            files, seq_len, dtype, vocab_size, storage_options, cache,
+            index_dir=index_dir, manifest=manifest, eos_id=eos_id, packed=True,
+        )  # fmt: skip
         if self.seq_len > _packing.MAX_SEQ_LEN:  # the packer counts documents per length
             raise ValueError(
                 f"{where}: seq_len must be at most {_packing.MAX_SEQ_LEN:,} tokens (the packing "
@@ -378,41 +446,87 @@ class PackedDocuments(_TokenCorpus):
             )
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
         counts: list[int] | None = None
+        origin = where
         if self.eos_id is None:
             self._documents: _packing.Documents = _packing.Bounds(self._given_bounds(document_ends))
         else:
-            self._documents, counts = self._indexed(
-                None if index_dir is None else os.fspath(index_dir), rebuild_index
-            )
-        self._packing = _packing.LazyPacking(self._documents, self.seq_len, counts, where)
+            self._documents, counts, origin = self._indexed(index_dir, rebuild_index)
+        if self._table is not None:
+            self._table.drop_columns()
+        self._packing = _packing.LazyPacking(self._documents, self.seq_len, counts, origin)
         self._stream_signature: str | None = None
 
-    def _indexed(self, index_dir: str | None, rebuild: bool) -> tuple[FileDocuments, list[int]]:
-        """The documents from every file's boundary index, read (or built) now, and the
-        sequences of each packing block, counted a block at a time: no boundary of the whole
-        corpus is held, and the indexes are read again, lazily, by the blocks that need them."""
+    def _indexed(
+        self, index_dir: str | None, rebuild: bool
+    ) -> tuple[FileDocuments, list[int] | None, str]:
+        """The documents of the files, and the sequences of each packing block (None: counted
+        lazily, a block at a time), and where those counts come from. A file a manifest
+        describes gives its documents, tail, digest and ids from there (nothing read); another
+        file's index is read (or built) now. The counts come from the manifest's ``packing``
+        when the dataset is exactly its folder's files in its (name) order, else from the
+        indexes: no boundary of the whole corpus is held either way."""
         assert self.eos_id is not None  # the caller checked
-        files, eos_id = self._reader.files, self.eos_id
+        files, eos_id, table = self._reader.files, self.eos_id, self._table
+        n = len(files)
+        counts, tails = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        digests = np.zeros((n, _manifest.DIGEST_BYTES), dtype=np.uint8)
+        rest = list(range(n))
+        if table is not None:
+            self._check_params(table, "eos_id", eos_id, "eos_id")
+            covered = np.flatnonzero(table.covered())
+            columns = table.columns
+            counts[covered] = [int(columns["documents"][k]) for k in covered.tolist()]
+            tails[covered] = [bool(columns["tail"][k]) for k in covered.tolist()]
+            digests[covered] = table.digests[covered]
+            self._vocab_checked(covered.tolist())
+            rest = np.flatnonzero(~table.covered()).tolist()
 
         def load(f: Any) -> Any:
             index = _index.load_or_build(
                 f, self.dtype, eos_id, index_dir=index_dir, rebuild=rebuild
             )
             if self.vocab_size is not None:
-                _index.check_vocab(f, index, self.dtype, self.vocab_size)
+                _index.check_vocab(f, index.min_id, index.max_id, self.dtype, self.vocab_size)
             return index
 
-        indexes = remote.map_objects(load, files, [f.name for f in files])
-        self._checked = True  # every file's ids were checked from its index
+        indexes = remote.map_objects(load, [files[k] for k in rest], [files[k].name for k in rest])
+        self._checked = True  # every file's ids were checked from its index or manifest row
+        for k, ix in zip(rest, indexes, strict=True):
+            counts[k], tails[k] = ix.documents, ix.tail
+            digests[k] = np.frombuffer(bytes.fromhex(ix.digest), dtype=np.uint8)
         documents = FileDocuments(
-            self._reader, eos_id,
-            np.array([ix.documents for ix in indexes], dtype=np.int64),
-            np.array([ix.tail for ix in indexes], dtype=bool),
-            [ix.digest for ix in indexes],
-            index_dir=index_dir, rebuild=rebuild,
+            self._reader, eos_id, counts, tails, digests,
+            table=table, index_dir=index_dir, rebuild=rebuild,
         )  # fmt: skip
-        lengths = (_index.document_lengths(ix) for ix in indexes)
-        return documents, _packing.block_counts(lengths, self.seq_len)
+        for k, ix in zip(rest, indexes, strict=True):
+            documents.keep(k, ix)  # read already: a block that needs it does not read it again
+        if table is None:  # every index is at hand: count now
+            lengths = map(_index.document_lengths, indexes)
+            return documents, _packing.block_counts(lengths, self.seq_len), self._where
+        recorded = self._recorded_counts(table)
+        if recorded is None:
+            return documents, None, self._where
+        return documents, recorded, f"{self._where}: the manifest {table.manifests[0]}"
+
+    def _recorded_counts(self, table: _manifest.Table) -> list[int] | None:
+        """The manifest's sequences per block for this ``seq_len``, when they are this
+        dataset's: one manifest describes every file, and the files are all of its files, in
+        its (name) order — the order its packing was counted in. Else None."""
+        if len(table.manifests) != 1 or not table.covered().all():
+            return None
+        section = table.sections[0].get("packing", {})
+        section = section.get(str(self.seq_len)) if isinstance(section, dict) else None
+        if not isinstance(section, dict):
+            return None
+        if (section.get("version"), section.get("block")) != (
+            _packing.PACKING_VERSION,
+            _packing.BLOCK,
+        ):
+            return None
+        names = [_basename(f.name).encode() for f in self._reader.files]
+        if section.get("files") != len(names) or any(a >= b for a, b in itertools.pairwise(names)):
+            return None
+        return [int(c) for c in section.get("sequences", [])]
 
     def _given_bounds(self, document_ends: Any) -> np.ndarray:
         where, total = self._where, self.num_tokens
@@ -476,18 +590,38 @@ class PackedDocuments(_TokenCorpus):
         ``document_ends``, the digest of those boundaries stands for the files'."""
         if self._stream_signature is None:
             given = self._documents
-            digests = (
-                [_bounds_digest(given.all)]
-                if isinstance(given, _packing.Bounds)
-                else [d.decode() for d in given.digests.tolist()]
-            )
-            params = (self._where, self.seq_len, self.dtype.str, self.eos_id, self.pad_id,
-                      _packing.PACKING_VERSION, _packing.BLOCK, self.sharded)  # fmt: skip
-            digest = _digest_of_digests(params, len(self), digests)
+            if isinstance(given, _packing.Bounds):  # given boundaries stand for the files'
+                data = np.ascontiguousarray(given.all, dtype="<i8").tobytes()
+                digests = np.frombuffer(bytes.fromhex(_manifest.digest_of(data)), dtype=np.uint8)
+            else:
+                digests = given.digests
+            params = {
+                "family": self._where, "seq_len": self.seq_len, "dtype": self.dtype.str,
+                "eos_id": self.eos_id, "pad_id": self.pad_id, "sharded": self.sharded,
+                "packing": _packing.PACKING_VERSION, "block": _packing.BLOCK,
+            }  # fmt: skip
+            digest = _manifest.signature(params, len(self), digests.reshape(-1, 16))
             self._stream_signature = (
-                f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, d2:{digest})"
+                f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
             )
         return self._stream_signature
+
+    def accepts_signature(self, signature: str, n: int) -> bool:
+        """Whether ``signature`` is the form releases before the manifest wrote (a digest of
+        every document boundary) of these sequences: a checkpoint they saved resumes. It reads
+        every file's index once, a block at a time (warned: slow on a large corpus)."""
+        if n != len(self) or _manifest.SIGNATURE_MARK in signature:
+            return False
+        if not signature.startswith(f"PackedDocuments(seq_len={self.seq_len}, sequences={n}, "):
+            return False
+        warnings.warn(
+            f"PackedDocuments: the checkpoint's signature {signature!r} is of the form earlier "
+            f"releases wrote (a digest of every document boundary), so checking it reads the "
+            f"index of every one of the {len(self.files)} files once; the next checkpoint is "
+            "signed from the files' digests and resumes without that",
+            stacklevel=2,
+        )
+        return self.legacy_signature() == signature
 
     def legacy_signature(self) -> str:
         """:attr:`stream_signature` as releases before the manifest wrote it (a digest of every

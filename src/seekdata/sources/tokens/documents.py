@@ -3,7 +3,7 @@
 :class:`seekdata.tokens.PackedDocuments` needs up front only each file's number of documents
 (from the corpus manifest, or from the indexes it reads when there is none); a file's index —
 8 bytes per document — is read by the process that first packs a block holding one of its
-documents, once (the floor's per-process LRU, :class:`seekdata.sources.files.handles.OpenFiles`:
+documents, once (the floor's per-process table, :class:`seekdata.sources.files.lazy.PerProcess`:
 thread-safe, emptied after a fork). A rank that reads 1 % of the blocks reads about 1 % of the
 indexes; construction holds O(files) integers, never a boundary per document.
 
@@ -15,12 +15,10 @@ and the fix, never other sequences.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import numpy as np
 
-from seekdata.sources.files import handles as _handles
+from seekdata.sources.files import manifest as _manifest
+from seekdata.sources.files.lazy import PerProcess
 from seekdata.sources.tokens import index as _index
 from seekdata.sources.tokens.files import TokenReader
 
@@ -29,9 +27,10 @@ class FileDocuments:
     """:class:`seekdata.sources.tokens.packing.Documents` over token files; picklable.
 
     ``counts``/``tails``/``digests``: per file, its documents, whether it ends inside one, and
-    its index's digest, as recorded (manifest or construction). ``manifest``: the manifest's
-    URL when they come from one (its indexes are then read as kept, never built: a missing one
-    is refused), else None (an index is loaded or built as at construction).
+    its index's digest (``(files, 16)`` uint8), as recorded (manifest or construction).
+    ``table``: the files' manifest rows, or None. A file a manifest describes has its index
+    read as kept, never built (a missing one is refused), and checked against the manifest's
+    stamp and digest; another file's is loaded or built as at construction.
     """
 
     def __init__(
@@ -40,19 +39,19 @@ class FileDocuments:
         eos_id: int,
         counts: np.ndarray,
         tails: np.ndarray,
-        digests: Sequence[str],
+        digests: np.ndarray,
         *,
-        index_dir: str | None,
+        table: _manifest.Table | None = None,
+        index_dir: str | None = None,
         rebuild: bool = False,
-        manifest: str | None = None,
     ) -> None:
         self.reader, self.eos_id = reader, eos_id
         self.doc_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         self.documents = int(self.doc_starts[-1])
         self.tails = np.asarray(tails, dtype=bool)
-        self.digests = np.asarray(digests, dtype="S32")  # hex, 32 bytes a file
-        self.index_dir, self.rebuild, self.manifest = index_dir, rebuild, manifest
-        self._indexes: _handles.OpenFiles[_index.DocIndex] = _handles.OpenFiles()
+        self.digests = digests
+        self.table, self.index_dir, self.rebuild = table, index_dir, rebuild
+        self._indexes: PerProcess[_index.DocIndex] = PerProcess()
 
     @property
     def nbytes(self) -> int:
@@ -71,15 +70,18 @@ class FileDocuments:
         """File ``k``'s boundary index: read once per process, checked against the record."""
         return self._indexes.get(k, lambda: self._load(k))
 
+    def keep(self, k: int, index: _index.DocIndex) -> None:
+        """Keep file ``k``'s index, read at construction (no manifest described the file)."""
+        self._indexes.put(k, index)
+
     def bounds(self, d0: int, d1: int) -> np.ndarray:
         """Where documents ``d0 .. d1 - 1`` start, then where the last one stops."""
         out = np.empty(d1 - d0 + 1, dtype=np.int64)
         starts, doc_starts = self.reader.starts, self.doc_starts
         k = self.file_of(d0)
         first = d0 - int(doc_starts[k])  # d0's number in its file
-        out[0] = starts[k] + (
-            int(_index.file_ends(self.index(k), first - 1, first)[0]) if first else 0
-        )
+        before = _index.file_ends(self.index(k), first - 1, first) if first else [0]
+        out[0] = starts[k] + int(before[0])
         at = 1
         while at < len(out):
             lo = max(d0, int(doc_starts[k])) - int(doc_starts[k])
@@ -91,46 +93,30 @@ class FileDocuments:
 
     def _load(self, k: int) -> _index.DocIndex:
         f = self.reader.files[k]
-        dtype, eos_id = self.reader.dtype, self.eos_id
-        if self.manifest is None:
+        dtype, eos_id, table = self.reader.dtype, self.eos_id, self.table
+        where = None if table is None else table.manifest_of(k)
+        if where is None:
             ix = _index.load_or_build(
                 f, dtype, eos_id, index_dir=self.index_dir, rebuild=self.rebuild
             )
-            fix = _index.rebuild_hint(f.name, eos_id, dtype).replace("rebuild its", "rebuild the")
-            how = f"since this dataset was built; build the dataset again (or {fix})"
         else:
+            assert table is not None  # where came from it
             ix = _index.kept(f, dtype, eos_id, self.index_dir)
-            how = (
-                f"since the manifest {self.manifest} was written; rerun `seekdata index --eos-id "
-                f"{eos_id} <your files>` to bring it up to date, or pass manifest=False"
-            )
             if ix is None:
-                raise ValueError(
-                    f"token file {f.name}: its document index is missing (or for another eos id "
-                    f"or dtype), though the manifest {self.manifest} lists the file; rerun "
-                    f"`seekdata index --eos-id {eos_id} <your files>`, or pass manifest=False"
-                )
-            if (ix.size, ix.mtime_ns, ix.etag) != (f.size, f.mtime_ns, f.etag):
-                raise ValueError(
-                    f"token file {f.name}: its document index was built for the file as it was "
-                    f"at another time (size {ix.size}, stamp {ix.etag or ix.mtime_ns}) than "
-                    f"the manifest records (size {f.size}, stamp {f.etag or f.mtime_ns}), so "
-                    f"the file or its index changed {how}"
-                )
-        count, digest = int(self.doc_starts[k + 1] - self.doc_starts[k]), self.digests[k].decode()
+                raise _manifest.stale_error(
+                    f.name, where, "its document index is missing (or is for another eos_id or "
+                    "dtype)", table.fix_args,
+                )  # fmt: skip
+            table.check_stamp(k, f.name, ix.size, _index.stamp(ix))
+            table.check_digest(k, f.name, ix.digest)
+        count = int(self.doc_starts[k + 1] - self.doc_starts[k])
+        digest = bytes(self.digests[k]).hex()
         if (ix.documents, ix.digest) != (count, digest):
+            fix = _index.rebuild_hint(f.name, eos_id, dtype)
             raise ValueError(
                 f"token file {f.name}: its document index now holds {ix.documents} documents "
-                f"(digest {ix.digest}), not the {count} recorded (digest {digest}): the file or "
-                f"its index changed {how}"
+                f"(digest {ix.digest}), not the {count} it held when this dataset was built "
+                f"(digest {digest}): the file or its index changed since; build the dataset "
+                f"again (if the change is intended, {fix})"
             )
         return ix
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_indexes"]  # indexes stay with their process
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._indexes = _handles.OpenFiles()

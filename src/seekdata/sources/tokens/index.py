@@ -98,6 +98,11 @@ def index_path(path: str, index_dir: str | None) -> str:
     return _indexes.index_path(path, INDEX_SUFFIX, index_dir)
 
 
+def index_flags(eos_id: int | str, dtype: np.dtype[Any]) -> str:
+    """The options of ``seekdata index`` for token files of ``eos_id`` and ``dtype``."""
+    return f" --eos-id {eos_id}" + ("" if dtype == np.uint16 else f" --dtype {dtype.name}")
+
+
 def rebuild_hint(name: str, eos_id: int, dtype: np.dtype[Any]) -> str:
     """How to rebuild the index of ``name``, for error messages."""
     flag = "" if dtype == np.uint16 else f" --dtype {dtype.name}"
@@ -167,14 +172,18 @@ def _read(ipath: str, dtype: np.dtype[Any], eos_id: int) -> DocIndex | None:
     """The index at ``ipath``; None when missing, unreadable, or for another eos id or dtype.
     Raises :class:`_Unsound` when its offsets do not match its header."""
     try:
-        with open(ipath, "rb") as fp:
-            line = fp.readline(_MAX_HEADER)
-        size = os.path.getsize(ipath)
+        fp = open(ipath, "rb")  # noqa: SIM115 -- closed below; opened once, offsets mapped from it
     except OSError:
         return None
-    return _parse(line, size, dtype, eos_id, lambda count: np.memmap(
-        ipath, dtype="<i8", mode="r", offset=len(line), shape=(count,)
-    ))  # fmt: skip
+    with fp:
+        try:
+            line = fp.readline(_MAX_HEADER)
+            size = os.fstat(fp.fileno()).st_size
+        except OSError:
+            return None
+        return _parse(line, size, dtype, eos_id, lambda count: np.memmap(
+            fp, dtype="<i8", mode="r", offset=len(line), shape=(count,)
+        ))  # fmt: skip
 
 
 def _parse(
@@ -345,9 +354,12 @@ def vocab_error(name: str, position: int, token: int, vocab_size: int) -> ValueE
     )
 
 
-def check_vocab(f: TokenFile, index: DocIndex, dtype: np.dtype[Any], vocab_size: int) -> None:
-    """Refuse ``f`` when its recorded ids leave ``[0, vocab_size)``, naming the first such token."""
-    if index.min_id >= 0 and index.max_id < vocab_size:
+def check_vocab(
+    f: TokenFile, min_id: int, max_id: int, dtype: np.dtype[Any], vocab_size: int
+) -> None:
+    """Refuse ``f`` when its recorded ids (its index's, or its manifest row's) leave
+    ``[0, vocab_size)``, naming the first such token."""
+    if min_id >= 0 and max_id < vocab_size:
         return
     tokens = token_array(f, dtype)
     position = first_out_of_vocab(tokens, vocab_size)
@@ -360,6 +372,12 @@ def manifest_params(dtype: np.dtype[Any], eos_id: int) -> dict[str, Any]:
     return {"dtype": np.dtype(dtype).str, "eos_id": int(eos_id)}
 
 
+def stamp(index: DocIndex) -> str:
+    """The stamp the index was built under, as a manifest writes it: a remote object's ETag,
+    a local file's ``mtime_ns:<int>``."""
+    return index.etag if index.etag is not None else f"mtime_ns:{index.mtime_ns}"
+
+
 def manifest_entry(index: DocIndex, name: str) -> dict[str, Any]:
     """One file's row of a tokens manifest (``seekdata index --eos-id``), from its index:
     the common columns (``items``: tokens; ``digest``: the index's, what decides the file's
@@ -367,7 +385,7 @@ def manifest_entry(index: DocIndex, name: str) -> dict[str, Any]:
     return {
         "name": name.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1],
         "size": index.size,
-        "stamp": index.etag if index.etag is not None else f"mtime_ns:{index.mtime_ns}",
+        "stamp": stamp(index),
         "items": index.tokens,
         "digest": index.digest,
         "documents": index.documents,
@@ -388,6 +406,7 @@ def packing_section(
         str(n): {
             "version": _packing.PACKING_VERSION,
             "block": _packing.BLOCK,
+            "files": len(indexes),
             "sequences": _packing.block_counts(map(document_lengths, indexes), n, jobs),
         }
         for n in sorted(set(seq_lens))
@@ -444,5 +463,5 @@ def _index_one(
     f = describe(name, dtype, stores=stores)
     index = load_or_build(f, dtype, eos_id, index_dir=index_dir, force=force)
     if vocab_size is not None:
-        check_vocab(f, index, dtype, vocab_size)
+        check_vocab(f, index.min_id, index.max_id, dtype, vocab_size)
     return Indexed(name, f.tokens, len(index.ends) + (int(index.ends[-1:].sum()) != f.tokens))

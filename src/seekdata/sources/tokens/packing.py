@@ -37,14 +37,13 @@ processes. The result is the manifest's ``packing[str(seq_len)]["sequences"]``.
 from __future__ import annotations
 
 import bisect
-import os
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
+
+from seekdata.sources.files.lazy import PerProcess
 
 #: Documents per packing block. Part of the packing's definition: changing it changes which
 #: documents share a sequence (and :data:`PACKING_VERSION`).
@@ -278,7 +277,7 @@ class LazyPacking:
                 f"{self.source.documents} documents make {self.blocks}; {REBUILD}"
             )
         self.seq_starts = np.concatenate([[0], np.cumsum(self.counts)])
-        self._cache = _BlockCache()
+        self._cache: PerProcess[Block] = PerProcess(CACHED_BLOCKS)
 
     @property
     def blocks(self) -> int:
@@ -289,8 +288,9 @@ class LazyPacking:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the block counts, and the blocks packed in this process."""
-        return self.counts.nbytes + self.seq_starts.nbytes + self._cache.nbytes
+        """Bytes held: the block counts (and at most :data:`CACHED_BLOCKS` packed blocks of
+        ~0.7 MB each, in the processes that read)."""
+        return self.counts.nbytes + self.seq_starts.nbytes
 
     @property
     def sequences_per_block(self) -> list[int]:
@@ -307,7 +307,7 @@ class LazyPacking:
 
     def block(self, b: int) -> Block:
         """Block ``b`` packed: from this process's LRU, else packed now."""
-        return self._cache.get(b, lambda: self._checked(b))
+        return self._cache.get(b, lambda: self._checked(b))  # once, whatever the threads
 
     def _pack(self, b: int) -> Block:
         d0 = b * BLOCK
@@ -324,48 +324,9 @@ class LazyPacking:
             )
         return block
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_cache"]  # packed blocks stay with their process
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._cache = _BlockCache()
-
 
 #: How to fix packing counts that do not match the documents.
 REBUILD = "rebuild the manifest with `seekdata index --eos-id E --seq-len N <files>`"
-
-
-class _BlockCache:
-    """A per-process LRU of :data:`CACHED_BLOCKS` packed blocks; thread-safe (two threads that
-    pack the same block at once keep one), emptied in a forked child."""
-
-    def __init__(self) -> None:
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._blocks: OrderedDict[int, Block] = OrderedDict()
-
-    @property
-    def nbytes(self) -> int:
-        return sum(b.nbytes for b in list(self._blocks.values()))
-
-    def get(self, b: int, pack: Any) -> Block:
-        if self._pid != os.getpid():  # a forked child: not the parent's lock or blocks
-            self.__init__()  # type: ignore[misc]
-        with self._lock:
-            block = self._blocks.get(b)
-            if block is not None:
-                self._blocks.move_to_end(b)
-                return block
-        block = pack()  # outside the lock: another block's read need not wait
-        with self._lock:
-            block = self._blocks.setdefault(b, block)
-            self._blocks.move_to_end(b)
-            while len(self._blocks) > CACHED_BLOCKS:
-                self._blocks.popitem(last=False)
-        return block
 
 
 def _small(n: int) -> type:
