@@ -64,6 +64,8 @@ class _TokenCorpus(FileSource[_Sample]):
         return self._sharded
 
     def _byte_ranges(self, index: int) -> list[tuple[Any, int, int]]:
+        if not self._reader.remote:  # nothing to fetch ahead (and no block packed for it)
+            return []
         return [r for a, b in self._token_ranges(index) for r in self._reader.byte_ranges(a, b)]
 
     def _token_ranges(self, index: int) -> list[tuple[int, int]]:
@@ -381,6 +383,14 @@ class PackedDocuments(_TokenCorpus):
             blocks at a time, their sequences shuffled among themselves: for files in object
             storage, streaming instead of requests per sequence. It changes no sequence; the
             signature records it, since it decides the shard-local order.
+        manifest: None (the default): each folder's corpus manifest (``seekdata index
+            --eos-id E --seq-len L``) gives every file's documents, ids and digest, and the
+            sequences per packing block, so nothing else is read at construction; False: every
+            file's index is read (or built) instead; a path or URL: that manifest, for every
+            file (docs/tokens.md, "Many files").
+
+    Packing is lazy: a block is packed when one of its sequences is first read, from the
+    indexes of the files it spans, read then (docs/tokens.md, "Packed lazily").
 
     An item is ``{"input_ids", "labels", "position_ids"}``, int64 tensors of ``L``: the
     documents one after another, then ``pad_id``. ``labels`` is each token's next token within

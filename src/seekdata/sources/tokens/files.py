@@ -179,6 +179,7 @@ class TokenReader:
         self.files = list(files)
         self.dtype = dtype
         self.table = table
+        self.remote = any(f.remote is not None for f in self.files)  #: some file is remote
         starts = [0]
         for f in self.files:
             starts.append(starts[-1] + f.tokens)
