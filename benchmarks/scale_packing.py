@@ -49,7 +49,7 @@ def lengths_of(documents: int, seed: int) -> np.ndarray:
 
 def build_corpus(folder: pathlib.Path, files: int, docs: int) -> dict[str, Any]:
     """Sparse token files, their full document indexes, and the manifest with its packing."""
-    from seekdata.sources.files import manifest as mf
+    from seekdata.sources.files import manifest as _manifest
     from seekdata.sources.tokens import index as _index
 
     names, rows, indexes = [], [], []
@@ -70,7 +70,7 @@ def build_corpus(folder: pathlib.Path, files: int, docs: int) -> dict[str, Any]:
     packing = _index.packing_section(indexes, [SEQ_LEN], jobs=os.cpu_count() or 1)
     counting = time.perf_counter() - t0
     params = _index.manifest_params(np.dtype(np.uint16), EOS)
-    mf.write(str(folder), "tokens", rows, params, sections={"packing": packing})
+    _manifest.write(str(folder), "tokens", rows, params, sections={"packing": packing})
     return {"names": names, "counting_s": counting}
 
 

@@ -24,7 +24,7 @@ import torch
 
 import seekdata
 from seekdata import _servers
-from seekdata.sources.files import manifest as mf
+from seekdata.sources.files import manifest as _manifest
 from seekdata.sources.tokens import index as _index
 from seekdata.sources.tokens import packing as _packing
 from seekdata.sources.tokens.files import describe
@@ -33,7 +33,7 @@ from tests.helpers import opens
 
 FILES, DOCS, SEQ, EOS, BATCH = 20_000, 200, 16, 1, 8
 BUCKET = "tokens-at-scale"
-MANIFEST = mf.manifest_name("tokens")
+MANIFEST = _manifest.manifest_name("tokens")
 U16 = np.dtype(np.uint16)
 
 
@@ -68,7 +68,7 @@ def write_corpus(folder: pathlib.Path, files: int, seed: int) -> dict[str, Any]:
         indexes.append(local)
     params = _index.manifest_params(np.dtype(np.uint16), EOS)
     packing = _index.packing_section(indexes, [SEQ])
-    mf.write(str(folder), "tokens", rows, params, sections={"packing": packing})
+    _manifest.write(str(folder), "tokens", rows, params, sections={"packing": packing})
     return {"folder": folder, "names": names, "remote": remote, "params": params,
             "packing": packing, "remote_rows": remote_rows}  # fmt: skip
 
@@ -181,7 +181,7 @@ def test_a_stale_manifest_is_refused_naming_the_file(tmp_path: pathlib.Path) -> 
     os.remove(tmp_path / MANIFEST)
     entries = [_index.manifest_entry(_index.kept(describe(n, U16), U16, EOS, None), n)
                for n in names[:3]]  # fmt: skip
-    mf.write(str(tmp_path), "tokens", entries, small["params"])
+    _manifest.write(str(tmp_path), "tokens", entries, small["params"])
     with pytest.raises(ValueError, match=r"part-00003\.bin is not in the manifest .*--eos-id 1"):
         PackedDocuments(names, SEQ, eos_id=EOS)  # added after indexing
     with pytest.raises(ValueError, match=r"indexed its files with eos_id 1, but eos_id=2 here"):
@@ -210,7 +210,7 @@ def bucket(corpus: dict[str, Any], s3_proxy: Any) -> Any:
     with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
         client.create_bucket(Bucket=BUCKET)
     stores = seekdata.sources.remote.Stores(_servers.s3_options(s3_proxy))
-    mf.write(f"s3://{BUCKET}/corpus", "tokens", corpus["remote_rows"], corpus["params"],
+    _manifest.write(f"s3://{BUCKET}/corpus", "tokens", corpus["remote_rows"], corpus["params"],
              stores=stores, sections={"packing": corpus["packing"]})  # fmt: skip
     return client
 

@@ -458,7 +458,9 @@ class PackedDocuments(_TokenCorpus):
         counts: list[int] | None = None
         origin = where
         if self.eos_id is None:
-            self._documents: _packing.Documents = _packing.Bounds(self._given_bounds(document_ends))
+            self._documents: _packing.Bounds | FileDocuments = _packing.Bounds(
+                self._given_bounds(document_ends)
+            )
         else:
             self._documents, counts, origin = self._indexed(index_dir, rebuild_index)
         if self._table is not None:

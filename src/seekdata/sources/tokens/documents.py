@@ -101,12 +101,13 @@ class FileDocuments:
             )
         else:
             assert table is not None  # where came from it
-            ix = _index.kept(f, dtype, eos_id, self.index_dir)
-            if ix is None:
+            found = _index.kept(f, dtype, eos_id, self.index_dir)
+            if found is None:
                 raise _manifest.stale_error(
                     f.name, where, "its document index is missing (or is for another eos_id or "
                     "dtype)", table.fix_args,
                 )  # fmt: skip
+            ix = found
             table.check_stamp(k, f.name, ix.size, _index.stamp(ix))
             table.check_digest(k, f.name, ix.digest)
         count = int(self.doc_starts[k + 1] - self.doc_starts[k])
