@@ -161,7 +161,7 @@ def test_a_dataset_reads_one_manifest_per_folder_in_its_own_order(tmp_path: path
     assert table.items.tolist() == [r["items"] for r in picked]
     assert table.size.tolist() == [r["size"] for r in picked]
     assert [bytes(d).hex() for d in table.digests] == [r["digest"] for r in picked]
-    assert table.columns["first_key"] == [r["first_key"] for r in picked]
+    assert table.columns["first_key"].tolist() == [r["first_key"] for r in picked]
     assert table.params == [{"decode": None}] * 2
     assert mf.for_files(urls, "tar", manifest=False) is None
     # a named manifest describes every file, looked up by basename
@@ -179,6 +179,14 @@ def test_a_file_not_in_its_folders_manifest_is_refused_naming_it(tmp_path: pathl
     text = str(info.value)
     assert added in text and str(tmp_path / "a" / "seekdata-manifest-tar.json") in text
     assert f"seekdata index {added} --index-dir x" in text and "manifest=False" in text
+
+
+def test_a_manifest_of_other_files_of_the_folder_is_not_used(tmp_path: pathlib.Path) -> None:
+    urls, _ = two_folders(tmp_path)
+    others = [str(tmp_path / "a" / "train-0.tar"), str(tmp_path / "a" / "train-1.tar")]
+    assert mf.for_files(others, "tar") is None  # another dataset's manifest: read without one
+    with pytest.raises(ValueError, match=r"train-0\.tar is not in the manifest"):
+        mf.for_files([*urls, *others], "tar")  # some of them listed, some not: stale, refused
 
 
 def test_folders_without_a_manifest_keep_todays_path(

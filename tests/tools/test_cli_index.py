@@ -44,6 +44,7 @@ def test_index_builds_every_shard_once(
     out, err = capsys.readouterr()
     assert out == (
         "built 4 indexes, found 0 current: 4 shards, 20 samples; indexes beside the shards\n"
+        f"manifest {tmp_path / 'seekdata-manifest-tar.json'}: 4 files\n"
     )
     assert "4/4" in err  # the progress bar goes to stderr
     assert sorted(p.name for p in tmp_path.glob(f"*{tarindex.INDEX_SUFFIX}")) == [
@@ -66,8 +67,10 @@ def test_index_dir_jobs_and_several_patterns(
     first, rest = pattern.replace("{000..003}", "000"), pattern.replace("{000..003}", "{001..003}")
     index_dir = tmp_path / "idx"
     assert main(["index", first, rest, "--index-dir", str(index_dir), "-j", "2"]) == 0
-    assert capsys.readouterr().out.endswith(f"indexes {index_dir}\n")
-    assert len(list(index_dir.iterdir())) == 4
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(f"indexes {index_dir}") and out[1].endswith(": 4 files")
+    assert out[1].startswith(f"manifest {index_dir / 'seekdata-manifest-tar.'}")  # its folder's
+    assert len(list(index_dir.iterdir())) == 4 + 1
     assert not list(tmp_path.glob(f"*{tarindex.INDEX_SUFFIX}"))
     assert len(TarShards(pattern, index_dir=index_dir)) == 20
     assert scans == []  # built by the command's worker processes, reused here
@@ -146,6 +149,7 @@ def test_runs_as_a_module(tmp_path: pathlib.Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "built 2 indexes, found 0 current: 2 shards, 10 samples; indexes beside the shards\n"
+        f"manifest {tmp_path / 'seekdata-manifest-tar.json'}: 2 files\n"
     )
 
 

@@ -103,8 +103,10 @@ def test_peak_memory_does_not_grow_with_the_shards(
         index_dir = tmp_path / f"idx-{n}"
         done, peaks[n] = command(["index", "--index-dir", str(index_dir), pattern(n)], env)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.endswith(f": {n} shards, {4 * n} samples; indexes {index_dir}\n")
-        assert len(list(index_dir.iterdir())) == n
+        first, manifest = done.stdout.splitlines()
+        assert first.endswith(f": {n} shards, {4 * n} samples; indexes {index_dir}")
+        assert manifest.startswith(f"manifest {index_dir}") and manifest.endswith(f": {n} files")
+        assert len(list(index_dir.iterdir())) == n + 1  # and the bucket folder's manifest
     growth = peaks[MANY] - peaks[FEW]
     assert growth < GROWTH_BOUND, (
         f"peak RSS {peaks[FEW] / 2**20:.0f} MB at {FEW} shards, {peaks[MANY] / 2**20:.0f} MB at "
@@ -126,6 +128,7 @@ def test_storage_options_reach_the_server_without_the_environment(
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "built or found current 3 remote indexes: 3 shards, 12 samples; indexes beside the shards\n"
+        "manifest s3://index-remote/seekdata-manifest-tar.json: 3 files\n"
     )
     client = _servers.s3_client(s3)
     kept = client.get_object(Bucket=BUCKET, Key=f"s000001.tar{tarindex.INDEX_SUFFIX}")

@@ -18,6 +18,7 @@ remote schemes of :data:`seekdata.sources.remote.SCHEMES`).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,8 +28,29 @@ from seekdata.sources.remote.urls import is_remote, scheme_of, url_scheme
 __all__ = ["braces", "expand", "is_remote", "scheme_of", "url_scheme"]
 
 
+#: One ascending numeric range and nothing else to expand (``shards-{00000..99999}.tar``): the
+#: common case, expanded here in a list comprehension (braceexpand takes ~1 s for 10^5 names).
+_ONE_RANGE = re.compile(r"([^{}\\]*)\{(\d+)\.\.(\d+)\}([^{}\\]*)")
+
+
+def _one_range(pattern: str) -> list[str] | None:
+    """The names of a pattern with one ascending numeric range only, padded as braceexpand
+    pads (to the longer bound when either starts with 0); None for any other pattern."""
+    match = _ONE_RANGE.fullmatch(pattern)
+    if match is None:
+        return None
+    head, a, b, tail = match.groups()
+    if int(a) > int(b):
+        return None
+    width = max(len(a), len(b)) if any(x.startswith("0") and x != "0" for x in (a, b)) else 0
+    return [f"{head}{i:0{width}d}{tail}" for i in range(int(a), int(b) + 1)]
+
+
 def braces(pattern: str, where: str) -> list[str]:
     """The names a brace pattern stands for; a ``ValueError`` for unbalanced braces."""
+    quick = _one_range(pattern)
+    if quick is not None:
+        return quick
     try:
         import braceexpand
     except ImportError as exc:

@@ -5,13 +5,13 @@ The public face is :mod:`seekdata.wds`; its docstring is the user's guide to thi
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import io
-import itertools
 import os
 import re
+import shlex
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex
 
@@ -22,10 +22,14 @@ from webdataset import autodecode
 from seekdata._core.checks import check_bool
 from seekdata.sources import remote
 from seekdata.sources.files import handles as _handles
+from seekdata.sources.files import indexes as _indexes
+from seekdata.sources.files import lazy as _lazy
+from seekdata.sources.files import manifest as _manifest
 from seekdata.sources.files import paths as _paths
 from seekdata.sources.files.source import FileSource
 from seekdata.sources.wds import tarcheck as _tarcheck
 from seekdata.sources.wds import tarindex as _tarindex
+from seekdata.sources.wds import urls as _urls
 from seekdata.sources.wds.tarindex import Shard
 
 __all__ = ["MAX_OPEN_FILES", "PICKLE_EXTENSIONS", "RemoteTarShards", "TarShards"]
@@ -66,6 +70,12 @@ class TarShards(FileSource[dict[str, Any]]):
             region; docs/remote.md); None: its usual places (the environment).
         cache: for remote URLs, a :class:`seekdata.remote.Cache` of fetched bytes on local
             disk, or None.
+        manifest: None (default): each folder's manifest, ``seekdata-manifest-tar.json``
+            (under ``index_dir`` when given), which ``seekdata index`` writes: construction
+            reads it (one request per folder) instead of every shard's index, and each
+            shard's index is read when the shard is first read (docs/scale.md). False: none,
+            every index read now. A path or URL: the manifest of every shard. Not used with
+            ``rebuild_index``.
 
     Each sample is read with one positioned read per member; nothing before it
     in the shard is read. Open files are cached per process and thread (at
@@ -95,6 +105,7 @@ class TarShards(FileSource[dict[str, Any]]):
         rebuild_index: bool = False,
         storage_options: dict[str, Any] | None = None,
         cache: remote.Cache | None = None,
+        manifest: str | os.PathLike[str] | bool | None = None,
     ) -> None:
         for name, flag in (
             ("allow_pickle", allow_pickle),
@@ -106,81 +117,193 @@ class TarShards(FileSource[dict[str, Any]]):
             raise TypeError(
                 f"TarShards: index_dir must be a path or None, got {type(index_dir).__name__}"
             )
+        choice = _manifest.check_choice(manifest, "TarShards")
         self._decoder = _make_decoder(decode, allow_pickle)
         self._decode_spec = decode
         self._allow_pickle = allow_pickle
-        self._shards: list[Shard] = _tarindex.index_shards(
-            _paths.expand(urls, "TarShards", noun="shard", example="shards-{000..099}.tar"),
-            index_dir=None if index_dir is None else os.fspath(index_dir),
-            allow_pipe=allow_pipe,
-            rebuild=rebuild_index,
-            stores=remote.Stores(remote.check_options(storage_options, "TarShards")),
-            cache=remote.check_cache(cache, "TarShards"),
-        )
-        self._starts = list(itertools.accumulate(self.shard_sizes, initial=0))
+        self._allow_pipe = allow_pipe
+        self._index_dir = None if index_dir is None else os.fspath(index_dir)
+        self._stores = remote.Stores(remote.check_options(storage_options, "TarShards"))
+        self._cache = remote.check_cache(cache, "TarShards")
+        names = _paths.expand(urls, "TarShards", noun="shard", example="shards-{000..099}.tar")
+        self._urls = names
+        fix = "" if self._index_dir is None else f" --index-dir {shlex.quote(self._index_dir)}"
+        # rebuild_index compares every shard with its index now: no manifest stands in for that
+        table = None
+        if not rebuild_index:
+            table = _manifest.for_files(
+                names, "tar", stores=self._stores, index_dir=self._index_dir, manifest=choice,
+                columns=("first_key", "last_key"), where="TarShards",
+                pattern=urls if isinstance(urls, str) else None, fix_args=fix,
+            )  # fmt: skip
+        if table is None:
+            table = _manifest.Table.empty(len(names), "tar", fix)
+        #: shards no manifest describes, indexed now as they always were (kept, and pickled)
+        self._eager: dict[int, Shard] = {}
+        bare = np.flatnonzero(~table.covered()).tolist()
+        if bare:
+            shards = _tarindex.index_shards(
+                [names[k] for k in bare],
+                index_dir=self._index_dir,
+                allow_pipe=allow_pipe,
+                rebuild=rebuild_index,
+                stores=self._stores,
+                cache=self._cache,
+                check_keys=False,
+            )
+            for k, shard in zip(bare, shards, strict=True):
+                self._eager[k] = shard
+                entry = _tarindex.manifest_entry(shard)
+                del entry["name"]
+                table.fill(k, **entry)
+        _tarindex.check_split(names, table.columns["first_key"], table.columns["last_key"])
+        table.drop_columns()
+        self._table = table
+        self._starts = np.concatenate([[0], np.cumsum(table.items)]).astype(np.int64)
+        #: the indexes of the shards a manifest describes, read by the first reader (per process)
+        self._lazy: _lazy.PerProcess[Shard] = _lazy.PerProcess()
         self._local = threading.local()
         self._signatures: dict[int, str] = {}  # signature_of_first, by n
 
     # -- sizes and shard layout ------------------------------------------------
 
     def __len__(self) -> int:
-        return self._starts[-1]
+        return int(self._starts[-1])
 
     @property
     def urls(self) -> list[str]:
         """Shard URLs, in shard order, as given (after brace expansion)."""
-        return [s.url for s in self._shards]
+        return list(self._urls)
 
     @property
     def shard_sizes(self) -> list[int]:
         """Number of samples in each shard, in shard order."""
-        return [len(s.index.keys) for s in self._shards]
+        return self._table.items.tolist()
 
     @property
     def shard_starts(self) -> list[int]:
         """Global index of each shard's first sample (a shard's samples are contiguous)."""
-        return self._starts[:-1]
+        return self._starts[:-1].tolist()
+
+    def _shard_at(self, i: int) -> int:
+        return int(np.searchsorted(self._starts, i, side="right")) - 1
 
     def shard_of(self, index: SupportsIndex) -> int:
         """The shard that holds sample ``index``."""
-        i = self._check_index(index)
-        return bisect.bisect_right(self._starts, i) - 1
+        return self._shard_at(self._check_index(index))
 
     def key_of(self, index: SupportsIndex) -> str:
-        """The ``__key__`` of sample ``index``, without reading the shard."""
+        """The ``__key__`` of sample ``index``, without reading the shard (its index only:
+        read now if this process has not read it yet)."""
         i = self._check_index(index)
-        s = bisect.bisect_right(self._starts, i) - 1
-        return self._shards[s].index.keys[i - self._starts[s]]
+        s = self._shard_at(i)
+        return self._shard(s).index.keys[i - int(self._starts[s])]
+
+    # -- the shards' own indexes, read when first needed -------------------------
+
+    @property
+    def _shards(self) -> _LazyShards:
+        """Every shard (its URL, file and index), in order; an index is read when its shard
+        is first asked for."""
+        return _LazyShards(self)
+
+    def _shard(self, k: int) -> Shard:
+        """Shard ``k``: indexed at construction, or (a manifest described it) its index read
+        now by the first thread of this process that needs it, and checked against the
+        manifest's entry."""
+        shard = self._eager.get(k)
+        if shard is not None:
+            return shard
+        return self._lazy.get(k, lambda: self._load(k))
+
+    def _load(self, k: int) -> Shard:
+        url, table, index_dir = self._urls[k], self._table, self._index_dir
+        if remote.is_remote(url):
+            kept = _indexes.load(self._stores, url, _tarindex.INDEX_SUFFIX, index_dir)
+            index = None if kept is None else _tarindex.ShardIndex.from_json(
+                _indexes.parse_json(kept)
+            )  # fmt: skip
+            if index is None or index.etag is None:  # gone: built again, checked below
+                shard = _tarindex.load_or_build_remote(
+                    url, stores=self._stores, cache=self._cache, index_dir=index_dir,
+                    rebuild=False, force=False,
+                )  # fmt: skip
+                index = shard.index
+            else:
+                file = remote.RemoteFile(
+                    self._stores, url, size=index.size, etag=index.etag, cache=self._cache
+                )
+                shard = Shard(url, url, index, None, file)
+        else:
+            path = _urls.local_path(url, index_dir=index_dir, allow_pipe=self._allow_pipe)
+            index = _tarindex.read_index(_tarindex.index_path(path, index_dir))
+            if index is None:  # gone: built again (one pass over the shard), checked below
+                index = _tarindex.load_or_build(url, path, index_dir=index_dir)
+            shard = Shard(url, os.path.abspath(path), index, path)
+        table.check_stamp(k, url, index.size, _tarindex.stamp(index))
+        table.check_digest(k, url, _tarindex.digest(index))
+        return shard
 
     # -- what decides the samples ---------------------------------------------
 
     @property
     def stream_signature(self) -> str:
-        """What decides the samples, for a loader's state: the shards in order, each with its
-        samples' keys and members' sizes, and the decoding. A checkpoint over other shards,
-        or the same shards in another order (an unsorted glob), is refused at
+        """What decides the samples, for a loader's state: the shards in order, each by the
+        digest of its index (its samples' keys, members, offsets and sizes), and the decoding
+        — a digest of the shards' digests, taken from the manifest when there is one, so the
+        same shards have the same signature with or without it. A checkpoint over other
+        shards, or the same shards in another order (an unsorted glob), is refused at
         ``load_state_dict``. Where the shards live is not part of it (a copy elsewhere, local
         or remote, is the same data). :meth:`signature_of_first` of all samples."""
         return self.signature_of_first(len(self))
+
+    def _params(self) -> dict[str, Any]:
+        spec = self._decode_spec
+        decode = spec if isinstance(spec, str | None) else type(spec).__name__
+        return {"decode": decode, "allow_pickle": self._allow_pickle}
 
     def signature_of_first(self, n: int) -> str:
         """The :attr:`stream_signature` the first shards holding samples ``[0, n)`` had on
         their own: shards appended later keep it. ``n`` that cuts a shard is signed as the
         whole shards before it plus the count (a growth must append whole shards)."""
         if n not in self._signatures:
-            spec = self._decode_spec
-            decode = spec if isinstance(spec, str | None) else type(spec).__name__
-            h = hashlib.blake2b(digest_size=8)
-            h.update(repr((n, decode, self._allow_pickle)).encode())
-            for start, shard in zip(self._starts, self._shards, strict=False):
-                if start + len(shard.index.keys) > n:
-                    break
-                index = shard.index
-                h.update("\0".join(index.keys).encode())
-                h.update(np.ascontiguousarray(index.starts, dtype="<i8").tobytes())
-                h.update(np.ascontiguousarray(index.sizes, dtype="<i8").tobytes())
-            self._signatures[n] = f"TarShards(samples={n}, {h.hexdigest()})"
+            whole = int(np.searchsorted(self._starts[1:], n, side="right"))
+            digests = self._table.digests[:whole]
+            signed = _manifest.signature(self._params(), n, digests)
+            self._signatures[n] = f"TarShards(samples={n}, {signed})"
         return self._signatures[n]
+
+    def accepts_signature(self, signature: str, n: int) -> bool:
+        """Whether ``signature`` is the form earlier releases wrote (a hash of every shard's
+        keys and member sizes) of the first ``n`` samples: a checkpoint they saved resumes.
+        It reads every shard's index once (warned: slow for many shards)."""
+        if not signature.startswith(f"TarShards(samples={n}, ") or (
+            _manifest.SIGNATURE_MARK in signature
+        ):
+            return False
+        warnings.warn(
+            f"TarShards: the checkpoint's signature {signature!r} is of the form earlier "
+            "releases wrote (a hash of every shard's index), so checking it reads the index of "
+            f"every one of the {len(self._urls)} shards once; the next checkpoint is signed "
+            "from the shards' digests and resumes without that",
+            stacklevel=2,
+        )
+        return self._older_signature(n) == signature
+
+    def _older_signature(self, n: int) -> str:
+        """The signature of the first ``n`` samples as earlier releases computed it."""
+        spec = self._decode_spec
+        decode = spec if isinstance(spec, str | None) else type(spec).__name__
+        h = hashlib.blake2b(digest_size=8)
+        h.update(repr((n, decode, self._allow_pickle)).encode())
+        for k, start in enumerate(self._starts[:-1].tolist()):
+            if start + int(self._table.items[k]) > n:
+                break
+            index = self._shard(k).index
+            h.update("\0".join(index.keys).encode())
+            h.update(np.ascontiguousarray(index.starts, dtype="<i8").tobytes())
+            h.update(np.ascontiguousarray(index.sizes, dtype="<i8").tobytes())
+        return f"TarShards(samples={n}, {h.hexdigest()})"
 
     # -- reading ---------------------------------------------------------------
 
@@ -190,11 +313,11 @@ class TarShards(FileSource[dict[str, Any]]):
     def _byte_ranges(self, index: int) -> list[tuple[Any, int, int]]:
         """The bytes sample ``index`` reads of a remote shard: from its first member's header to
         its last member's end (``[]`` for a local shard)."""
-        s = bisect.bisect_right(self._starts, index) - 1
-        shard = self._shards[s]
-        if shard.remote is None:
+        s = self._shard_at(index)
+        if not remote.is_remote(self._urls[s]):
             return []
-        idx, local = shard.index, index - self._starts[s]
+        shard = self._shard(s)
+        idx, local = shard.index, index - int(self._starts[s])
         first, last = int(idx.starts[local]), int(idx.starts[local + 1]) - 1
         start = int(idx.offsets[first]) - _HEADER
         return [(shard.remote, start, int(idx.offsets[last] + idx.sizes[last]))]
@@ -202,14 +325,14 @@ class TarShards(FileSource[dict[str, Any]]):
     def _sample(self, i: int) -> dict[str, Any]:
         """Sample ``i``, its members read one by one (a remote shard's from memory when
         :meth:`prefetch` fetched them)."""
-        s = bisect.bisect_right(self._starts, i) - 1
-        shard = self._shards[s]
+        s = self._shard_at(i)
+        shard = self._shard(s)
         idx = shard.index
-        local = i - self._starts[s]
+        local = i - int(self._starts[s])
         read: Callable[[int, int], bytes] | None = None  # a range read (start, stop)
         if shard.remote is not None:
             read = shard.remote.read
-        fd = self._open_files().get(shard) if read is None else -1
+        fd = self._open_files().get(shard, lambda: self._open(s, shard)) if read is None else -1
         key = idx.keys[local]
         sample: dict[str, Any] = {"__key__": key, "__url__": shard.url}
         if shard.local_path is not None:
@@ -252,6 +375,9 @@ class TarShards(FileSource[dict[str, Any]]):
 
     # -- open files, per process and thread -------------------------------------
 
+    def _open(self, k: int, shard: Shard) -> int:
+        return _open_shard(shard, self._table, k)
+
     def _open_files(self) -> _OpenFiles:
         files: _OpenFiles | None = getattr(self._local, "files", None)
         if files is None:
@@ -276,9 +402,24 @@ class TarShards(FileSource[dict[str, Any]]):
 
     def __repr__(self) -> str:
         return (
-            f"TarShards({len(self._shards)} shards, {len(self)} samples, "
+            f"TarShards({len(self._urls)} shards, {len(self)} samples, "
             f"decode={self._decode_spec!r}, allow_pickle={self._allow_pickle})"
         )
+
+
+class _LazyShards(Sequence[Shard]):
+    """A dataset's shards in order, each index read when that shard is first asked for."""
+
+    def __init__(self, ds: TarShards) -> None:
+        self._ds = ds
+
+    def __len__(self) -> int:
+        return len(self._ds._urls)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self._ds._shard(j) for j in range(len(self))[k]]
+        return self._ds._shard(range(len(self))[k])
 
 
 class _OpenFiles:
@@ -288,8 +429,8 @@ class _OpenFiles:
     def __init__(self) -> None:
         self._lru: _handles.OpenFiles[int] = _handles.OpenFiles(close=os.close)
 
-    def get(self, shard: Shard) -> int:
-        return self._lru.get(shard.path, lambda: _open_shard(shard))
+    def get(self, shard: Shard, opener: Callable[[], int]) -> int:
+        return self._lru.get(shard.path, opener)
 
     def close(self) -> None:
         self._lru.close()
@@ -301,11 +442,25 @@ class _OpenFiles:
             pass
 
 
-def _open_shard(shard: Shard) -> int:
+def _open_shard(shard: Shard, table: _manifest.Table, k: int) -> int:
+    """The shard's file, open: checked against its manifest entry (when one describes it)
+    and its index, by the open's ``fstat`` — no request more."""
     try:
         fd = os.open(shard.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     except OSError as exc:
+        listed = table.manifest_of(k)
+        if listed is not None:
+            raise _manifest.stale_error(
+                shard.url, listed, f"it cannot be opened ({exc}): it is missing or moved",
+                table.fix_args,
+            ) from exc  # fmt: skip
         raise ValueError(f"shard {shard.url}: cannot open {shard.path} ({exc})") from exc
+    try:
+        st = os.fstat(fd)
+        table.check_stamp(k, shard.url, st.st_size, _manifest.local_stamp(st))
+    except BaseException:
+        os.close(fd)
+        raise
     now = _handles.changed(fd, shard.index.size, shard.index.mtime_ns)
     if now is not None:
         os.close(fd)

@@ -26,6 +26,7 @@ import numpy as np
 from webdataset.tariterators import base_plus_ext
 
 from seekdata.sources.files import indexes as _indexes
+from seekdata.sources.files import manifest as _manifest
 from seekdata.sources.files.paths import is_remote, url_scheme
 from seekdata.sources.wds import tarcheck as _tarcheck
 from seekdata.sources.wds.urls import local_path
@@ -144,6 +145,42 @@ class Shard:
     remote: Any = None
 
 
+def digest(index: ShardIndex) -> str:
+    """The shard's digest in a manifest (:func:`seekdata.sources.files.manifest.digest_of`):
+    of everything its index says but its stamps — keys, extensions, member offsets, sizes and
+    headers, the archive's end — so an index that matches the manifest's digest is the one
+    the manifest was written from."""
+    layout = (index.starts, index.member_ext, index.offsets, index.sizes, index.headers)
+    return _manifest.digest_of(
+        "\0".join(index.keys),
+        "\0".join(index.exts),
+        *(np.ascontiguousarray(a, dtype="<i8").tobytes() for a in layout),
+        str(index.end),
+    )
+
+
+def stamp(index: ShardIndex) -> str:
+    """What tells that the shard changed since it was indexed: a remote shard's ETag, a local
+    one's mtime (the manifest's ``stamp``)."""
+    return index.etag if index.etag is not None else f"mtime_ns:{index.mtime_ns}"
+
+
+def manifest_entry(shard: Shard) -> dict[str, Any]:
+    """The shard's row in its folder's manifest (family ``tar``): the base columns, and its
+    first and last keys, which the split-sample check between shards reads."""
+    index = shard.index
+    name = shard.url.rsplit("/", 1)[-1] if is_remote(shard.url) else os.path.basename(shard.url)
+    return {
+        "name": name,
+        "size": index.size,
+        "stamp": stamp(index),
+        "items": len(index.keys),
+        "digest": digest(index),
+        "first_key": index.keys[0] if index.keys else None,
+        "last_key": index.keys[-1] if index.keys else None,
+    }
+
+
 def index_path(path: str, index_dir: str | None) -> str:
     """Where the index of the local shard ``path`` lives (the floor's rule, this suffix)."""
     return _indexes.index_path(path, INDEX_SUFFIX, index_dir)
@@ -259,7 +296,7 @@ def _truncated(url: str, detail: str) -> str:
     )
 
 
-def _read_index(ipath: str) -> ShardIndex | None:
+def read_index(ipath: str) -> ShardIndex | None:
     try:
         with open(ipath, "rb") as f:
             data = f.read()
@@ -299,7 +336,7 @@ def load_or_build(
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"shard {url}: expected a tar file, got a directory or device")
     ipath = index_path(path, index_dir)
-    old = None if force else _read_index(ipath)
+    old = None if force else read_index(ipath)
     if old is not None and (old.size, old.mtime_ns) == (st.st_size, st.st_mtime_ns):
         problem = _loaded_problem(path, old)
         if problem is None:
@@ -386,10 +423,12 @@ def index_shards(
     progress: Callable[[Iterator[Shard], int], Iterable[Shard]] | None = None,
     stores: Any = None,
     cache: Any = None,
+    check_keys: bool = True,
 ) -> list[Shard]:
-    """Load or build the index of every shard, then check that no sample spans two shards.
-    Remote shards (``s3://``, ``https://``, ...) are read through ``stores`` (their
-    ``storage_options``) and ``cache``."""
+    """Load or build the index of every shard, then check that no sample spans two shards
+    (unless ``check_keys`` is False: ``urls`` are some of a dataset's shards, not
+    consecutive ones, and the caller checks them all). Remote shards (``s3://``,
+    ``https://``, ...) are read through ``stores`` (their ``storage_options``) and ``cache``."""
 
     one = functools.partial(
         _index_one, index_dir=index_dir, allow_pipe=allow_pipe, rebuild=rebuild, force=force,
@@ -411,7 +450,8 @@ def index_shards(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    check_split_keys(shards)
+    if check_keys:
+        check_split_keys(shards)
     return shards
 
 
@@ -441,15 +481,24 @@ def _index_one(
 
 def check_split_keys(shards: Sequence[Shard]) -> None:
     """Refuse a sample whose members straddle two consecutive shards."""
-    previous: Shard | None = None
-    for shard in shards:
-        keys = shard.index.keys
-        if not keys:
+    check_split(
+        [s.url for s in shards],
+        [s.index.keys[0] if s.index.keys else None for s in shards],
+        [s.index.keys[-1] if s.index.keys else None for s in shards],
+    )
+
+
+def check_split(urls: Sequence[str], firsts: Sequence[Any], lasts: Sequence[Any]) -> None:
+    """Refuse a sample whose members straddle two consecutive shards, from each shard's first
+    and last key (None for a shard without samples), as a manifest gives them."""
+    previous = -1
+    for k, first in enumerate(firsts):
+        if first is None:
             continue
-        if previous is not None and previous.index.keys[-1] == keys[0]:
+        if previous >= 0 and lasts[previous] == first:
             raise ValueError(
-                f"sample key {keys[0]!r} is split across shards: it ends {previous.url} and starts "
-                f"{shard.url}. webdataset would yield two half samples; rewrite the shards so each "
-                "sample's files are in one shard (webdataset.ShardWriter does this)"
+                f"sample key {first!r} is split across shards: it ends {urls[previous]} and "
+                f"starts {urls[k]}. webdataset would yield two half samples; rewrite the shards "
+                "so each sample's files are in one shard (webdataset.ShardWriter does this)"
             )
-        previous = shard
+        previous = k
