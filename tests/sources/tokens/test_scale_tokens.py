@@ -254,3 +254,36 @@ def test_s3_construction_is_one_get_and_a_resume_reads_its_first_batch_only(
     assert read == names | {n + _index.INDEX_SUFFIX for n in indexes}
     assert all(e["method"] == "GET" for e in log)
     assert sum(e["path"].endswith(_index.INDEX_SUFFIX) for e in log) == len(indexes)  # once each
+
+
+# -- seekdata index --eos-id --seq-len: the packing counts in the manifest -------------------------
+
+
+def test_seekdata_index_writes_the_packing_counts_the_dataset_takes(tmp_path: pathlib.Path) -> None:
+    """Three blocks spanning four files (one ending inside a document): the counts come from
+    the manifest, the sequences are those of a dataset that counts itself; counts that do not
+    match the documents are refused when their block is read, naming the manifest."""
+    from seekdata.tools.cli import main
+    from tests.sources.tokens.test_tokens import pinned_corpus
+
+    names = pinned_corpus(tmp_path)
+    assert main(["index", "--eos-id", str(EOS), "--seq-len", "32", *names]) == 0
+    ds = PackedDocuments(names, 32, eos_id=EOS)
+    manifest = str(tmp_path / MANIFEST)
+    assert ds._packing.origin.endswith(manifest)
+    itself = PackedDocuments(names, 32, eos_id=EOS, manifest=False)
+    assert ds._packing.sequences_per_block == itself._packing.sequences_per_block
+    assert ds.stream_signature == itself.stream_signature
+    for i in np.linspace(0, len(ds) - 1, 40).astype(int).tolist():
+        assert ds.locate(i) == itself.locate(i) and _equal(ds[i], itself[i])
+    other = PackedDocuments(names, 64, eos_id=EOS)  # no counts for 64: counted here
+    assert other._packing.origin == "PackedDocuments" and len(other) > 0
+    doc = json.loads(pathlib.Path(manifest).read_text())
+    doc["packing"]["32"]["sequences"][1] += 1  # the second block recorded with one more
+    pathlib.Path(manifest).write_text(json.dumps(doc))
+    wrong = PackedDocuments(names, 32, eos_id=EOS)
+    assert len(wrong) == len(ds) + 1
+    wrong[0]  # the first block is as recorded
+    first = int(wrong._packing.seq_starts[1])
+    with pytest.raises(ValueError, match=r"manifest .* packing block 1 of seq_len 32 is recorded"):
+        wrong[first]
