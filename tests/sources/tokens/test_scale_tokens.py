@@ -188,6 +188,11 @@ def test_a_stale_manifest_is_refused_naming_the_file(tmp_path: pathlib.Path) -> 
         PackedDocuments(names[:3], SEQ, eos_id=2)
     ds = PackedDocuments(names[:3], SEQ, eos_id=EOS)
     assert len(PackedDocuments(names, SEQ, eos_id=EOS, manifest=False)) > len(ds)
+    with pytest.raises(
+        ValueError, match=r"part-00000\.bin: token \d+ of the file is id \d+, outside"
+    ):
+        PackedDocuments(names[:3], SEQ, eos_id=EOS, vocab_size=100)  # the manifest's max_id
+    assert TokenWindows(names[:3], SEQ, vocab_size=500)._checked  # no read needs checking
     os.utime(names[1], ns=(1, 1))  # rewritten: another mtime
     with pytest.raises(ValueError, match=r"part-00001\.bin: it was rewritten since it was indexed"):
         for i in range(len(ds)):
