@@ -643,7 +643,8 @@ def test_seekdata_index_builds_the_boundary_indexes_once(
     out = capsys.readouterr().out
     assert out == (
         "built 3 indexes, found 0 current: 3 token files, 33 tokens, 5 documents; "
-        "indexes beside the files\n"
+        f"indexes beside the files\nmanifest {tmp_path / 'seekdata-manifest-tokens.json'}: "
+        "3 files\n"
     )
     assert len(scanned) == 3
     assert main(["index", "--eos-id", str(EOS), pattern]) == 0
@@ -653,7 +654,8 @@ def test_seekdata_index_builds_the_boundary_indexes_once(
     assert len(scanned) == 6
     index_dir = tmp_path / "idx"
     assert main(["index", "--eos-id", "1", "-j", "2", "--index-dir", str(index_dir), *names]) == 0
-    assert len(list(index_dir.iterdir())) == 3
+    kept = sorted(p.name for p in index_dir.iterdir())
+    assert len(kept) == 4 and kept[-1].startswith("seekdata-manifest-tokens.")  # and 3 indexes
     assert PackedDocuments(names, 8, eos_id=EOS, index_dir=index_dir).num_documents == 5
     assert len(scanned) == 6  # built by the command's worker processes, reused here
 
