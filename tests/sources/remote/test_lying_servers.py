@@ -105,7 +105,9 @@ def test_a_whole_200_html_page_is_never_served_as_tokens(liar: Any) -> None:
     url = f"{liar.mode('html')}/windows/tok-0.bin"
     with warnings.catch_warnings(record=True):  # (no version: warned, tested below)
         warnings.simplefilter("always")
-        ds = TokenWindows(url, 8, eos_id=corpus.EOS)
+        with pytest.raises(ValueError, match=r"seekdata-manifest-tokens\.json: it is not a"):
+            TokenWindows(url, 8, eos_id=corpus.EOS)  # the page answers the manifest's URL too
+        ds = TokenWindows(url, 8, eos_id=corpus.EOS, manifest=False)
     whole = loader(ds, batch_size=len(ds))  # one batch: a range that spans the whole "file"
     before = whole.state_dict()
     liar.reset()
@@ -213,7 +215,10 @@ def test_a_refused_connection_fails_after_three_attempts(kind: str) -> None:
             "client_kwargs": {"region_name": _servers.S3_REGION},
         }  # botocore's own retries left at their default: seekdata turns them off
     with pytest.raises(OSError, match=r"connection was refused 3 times in a row") as err:
-        TokenWindows(url, 8, eos_id=0, storage_options=options)
+        TokenWindows(url, 8, eos_id=0, storage_options=options)  # the folder's manifest, first
+    assert str(err.value).startswith(url.replace("tok.bin", "seekdata-manifest-tokens.json"))
+    with pytest.raises(OSError, match=r"connection was refused 3 times in a row") as err:
+        TokenWindows(url, 8, eos_id=0, storage_options=options, manifest=False)
     assert str(err.value).startswith(url) and "check the endpoint and its port" in str(err.value)
 
 
@@ -230,8 +235,10 @@ def test_missing_credentials_are_permanent_and_named(
     monkeypatch.setenv("AWS_CONFIG_FILE", nowhere)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no request beyond 127.0.0.1
     options = {"endpoint_url": s3_server.url, "client_kwargs": {"region_name": "us-east-1"}}
-    with pytest.raises(ValueError, match=r"no credentials were found") as err:
+    with pytest.raises(ValueError, match=r"manifest-tokens\.json: no credentials were found"):
         TokenWindows("s3://bucket/tok.bin", 8, eos_id=0, storage_options=options)
+    with pytest.raises(ValueError, match=r"no credentials were found") as err:
+        TokenWindows("s3://bucket/tok.bin", 8, eos_id=0, storage_options=options, manifest=False)
     message = str(err.value)
     assert message.startswith("s3://bucket/tok.bin") and "storage_options=" in message
     assert "AWS_ACCESS_KEY_ID" in message and "attempts" not in message

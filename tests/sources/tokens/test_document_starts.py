@@ -51,6 +51,11 @@ def served_right(segment: tuple[int, int, int], true: np.ndarray, edited: np.nda
     return bool(edited[doc] == true[t] and stop <= end and (not whole or stop == end))
 
 
+def all_bounds(ds: PackedDocuments) -> np.ndarray:
+    """Every document boundary of ``ds``, from its files' indexes (read lazily)."""
+    return ds._documents.bounds(0, ds.num_documents)
+
+
 LENGTHS = [5, 9, 12, 7, 3, 20, 11, 14, 6, 4, 8, 90, 10, 5, 13, 6, 15, 2, 9, 7]
 
 
@@ -65,14 +70,14 @@ def test_a_boundary_added_inside_a_document_is_refused_before_any_sequence_holdi
     path = tmp_path / "tok.bin"
     write_corpus(path, LENGTHS)
     ds = PackedDocuments(str(path), SEQ_LEN, eos_id=EOS)  # the index is built
-    true = ds._bounds.copy()
+    true = all_bounds(ds).copy()
     add_boundary(path, int(true[doc + 1]) - back)
     edited = PackedDocuments(str(path), SEQ_LEN, eos_id=EOS)  # its stamp matches: trusted
     assert edited.num_documents == ds.num_documents + 1
-    wrong = []
+    wrong, edited_bounds = [], all_bounds(edited)
     for i in range(len(edited)):
         segments = edited.locate(i)
-        if all(served_right(s, true, edited._bounds) for s in segments):
+        if all(served_right(s, true, edited_bounds) for s in segments):
             edited[i]  # a sequence of true documents is read as before
             continue
         wrong.append(i)
@@ -100,7 +105,7 @@ def test_documents_that_start_a_file_or_follow_its_tail_need_no_eos_before_them(
     ds = PackedDocuments(files, SEQ_LEN, eos_id=EOS)
     ends = np.cumsum([4, 30, 6, 5, 40, 3, 7])
     given = PackedDocuments(files, SEQ_LEN, eos_id=None, document_ends=ends)  # nothing checked
-    assert np.array_equal(ds._bounds[1:], ends)
+    assert np.array_equal(all_bounds(ds)[1:], ends)
     assert len(ds) == len(given)
     for i in range(len(ds)):
         got, want = ds[i], given[i]

@@ -197,7 +197,8 @@ def test_shards_through_a_transform_wrapper(tmp_path: pathlib.Path) -> None:
 def test_packed_documents_without_sharded_keep_their_signature(tmp_path: pathlib.Path) -> None:
     files = corpus(tmp_path)
     plain = PackedDocuments(files, 8, eos_id=1)
-    assert plain.stream_signature == "PackedDocuments(seq_len=8, sequences=12, a93639c3e8da3b0e)"
+    assert plain.legacy_signature() == "PackedDocuments(seq_len=8, sequences=12, a93639c3e8da3b0e)"
+    assert plain.stream_signature == "PackedDocuments(seq_len=8, sequences=12, d2:a55168137e9d6388)"
     assert not hasattr(plain, "shard_sizes")
     sharded = PackedDocuments(files, 8, eos_id=1, sharded=True)
     assert sharded.shard_sizes == [12] and sharded.stream_signature != plain.stream_signature

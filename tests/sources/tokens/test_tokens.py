@@ -8,6 +8,7 @@ same global batch (real gloo processes). Corrupt inputs: clear errors naming the
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -106,7 +107,10 @@ def test_every_document_appears_once_whole_unless_longer_than_seq_len(
 
 
 def test_the_packing_depends_on_the_documents_lengths_only(tmp_path: pathlib.Path) -> None:
-    """One file or four (cut at documents), indexed or given: the same sequences."""
+    """One file or four (cut at documents), indexed or given: the same sequences. The signature
+    is a digest of the files' index digests (built from a manifest without reading an index),
+    so it tells the cuts apart; the form before the manifest, a digest of every boundary,
+    does not."""
     lengths = np.random.default_rng(1).integers(1, 60, 300).tolist()
     docs = documents(lengths)
     (tmp_path / "one").mkdir()
@@ -119,7 +123,9 @@ def test_the_packing_depends_on_the_documents_lengths_only(tmp_path: pathlib.Pat
         assert one.locate(i) == four.locate(i) == given_ends.locate(i)
         for key, value in one[i].items():
             assert torch.equal(value, four[i][key]) and torch.equal(value, given_ends[i][key])
-    assert one.stream_signature == four.stream_signature == given_ends.stream_signature
+    signatures = {ds.stream_signature for ds in (one, four, given_ends)}
+    assert len(signatures) == 3 and all(", d2:" in s for s in signatures)
+    assert one.legacy_signature() == four.legacy_signature() == given_ends.legacy_signature()
     assert one.utilization > 0.95
 
 
@@ -129,7 +135,7 @@ def test_packing_across_blocks_keeps_every_document_once(tmp_path: pathlib.Path)
     lengths[::997] = 37  # some documents longer than seq_len
     names = write(tmp_path, documents(lengths.tolist()), [])
     ds = PackedDocuments(names, 16, eos_id=EOS)
-    assert len(ds._packing.full) == 2
+    assert ds._packing.blocks == 2
     seen = np.zeros(n, dtype=np.int64)
     covered = np.zeros(n, dtype=np.int64)
     for i in range(len(ds)):
@@ -140,6 +146,49 @@ def test_packing_across_blocks_keeps_every_document_once(tmp_path: pathlib.Path)
     assert (seen == -(-lengths // 16)).all()  # one piece each, three for the long ones
     check = [0, len(ds) // 2, len(ds) - 1]
     assert all(len(ds[i]["input_ids"]) == 16 for i in check)
+
+
+def pinned_corpus(directory: pathlib.Path) -> list[str]:
+    """Three packing blocks of documents of 1..39 tokens, one in 1013 of 33..199 (longer than
+    seq_len 32), in four files: the first block spans two, the second three, and a file ends
+    inside a document (its tail is a document, the next file starts with the rest)."""
+    gen = np.random.default_rng(37)
+    n = 2 * _packing.BLOCK + 5_000
+    lengths = gen.integers(1, 40, n)
+    lengths[::1013] = gen.integers(33, 200, len(lengths[::1013]))
+    tokens = gen.integers(2, 1000, int(lengths.sum())).astype(np.uint16)
+    ends = np.cumsum(lengths)
+    tokens[ends - 1] = EOS
+    cuts = [0, int(ends[40_000]), int(ends[70_000]) - 3, int(ends[70_010]), len(tokens)]
+    names = []
+    for k, (a, b) in enumerate(itertools.pairwise(cuts)):
+        names.append(str(directory / f"part-{k}.bin"))
+        tokens[a:b].tofile(names[-1])
+    return names
+
+
+def test_lazy_packing_gives_the_eager_packings_sequences_bit_for_bit(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Pinned from the release that packed the whole corpus at construction: every sequence's
+    documents, and the items of one sequence in 997, digested. Read backwards (blocks packed
+    in another order, evicted and packed again), the same."""
+    ds = PackedDocuments(pinned_corpus(tmp_path), 32, eos_id=EOS, pad_id=PAD)
+    assert (ds.num_documents, len(ds), ds._packing.blocks) == (136_073, 85_495, 3)
+
+    h = hashlib.blake2b(digest_size=16)
+    for i in range(len(ds)):
+        h.update(np.asarray(ds.locate(i), dtype="<i8").tobytes())
+    for i in range(0, len(ds), 997):
+        for key in ("input_ids", "labels", "position_ids"):
+            h.update(ds[i][key].numpy().astype("<i8").tobytes())
+    assert h.hexdigest() == "0583165c63686efddd83886dfaa54a96"
+    assert ds.legacy_signature() == "PackedDocuments(seq_len=32, sequences=85495, 9cb9820378ec02e7)"
+    fresh = PackedDocuments(ds.files, 32, eos_id=EOS, pad_id=PAD)
+    for i in range(len(ds) - 1, -1, -4099):
+        assert fresh.locate(i) == ds.locate(i)
+    assert len(fresh._packing._cache) <= _packing.CACHED_BLOCKS
+    assert fresh.nbytes < 4 * 1024 * 1024  # no boundary of the whole corpus is held
 
 
 @settings(max_examples=200, deadline=None)
@@ -271,6 +320,31 @@ def test_a_state_over_another_packing_is_refused(tmp_path: pathlib.Path) -> None
     seekdata.StatefulDataLoader(a, batch_size=2).load_state_dict(state)
     with pytest.raises(seekdata.StateMismatchError, match="dataset"):
         seekdata.StatefulDataLoader(b, batch_size=2).load_state_dict(state)
+
+
+def test_a_checkpoint_signed_before_the_manifest_still_resumes(tmp_path: pathlib.Path) -> None:
+    """A state written by the release that signed every boundary (the old form) is accepted
+    by computing that form, once, with a warning that says why it is slow; another old-form
+    signature is still refused."""
+    names = write(tmp_path, documents(list(range(1, 60))), [20])
+    ds = PackedDocuments(names, 16, eos_id=EOS)
+    loader = seekdata.StatefulDataLoader(ds, batch_size=4, seed=3)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    want = next(it)
+    old = {**state, "dataset": ds.legacy_signature()}
+    assert ", d2:" in state["dataset"] and ", d2:" not in old["dataset"]
+    fresh = seekdata.StatefulDataLoader(
+        PackedDocuments(names, 16, eos_id=EOS), batch_size=4, seed=3
+    )
+    with pytest.warns(UserWarning, match="reads the index of every one of the 2 files once"):
+        fresh.load_state_dict(old)
+    got = next(iter(fresh))
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    other = {**state, "dataset": old["dataset"][:-5] + "00000)"}
+    with pytest.raises(seekdata.StateMismatchError), pytest.warns(UserWarning):
+        fresh.load_state_dict(other)
 
 
 def test_token_files_in_another_order_are_another_corpus(tmp_path: pathlib.Path) -> None:
@@ -571,7 +645,8 @@ def test_seekdata_index_builds_the_boundary_indexes_once(
     out = capsys.readouterr().out
     assert out == (
         "built 3 indexes, found 0 current: 3 token files, 33 tokens, 5 documents; "
-        "indexes beside the files\n"
+        f"indexes beside the files\nmanifest {tmp_path / 'seekdata-manifest-tokens.json'}: "
+        "3 files\n"
     )
     assert len(scanned) == 3
     assert main(["index", "--eos-id", str(EOS), pattern]) == 0
@@ -581,7 +656,8 @@ def test_seekdata_index_builds_the_boundary_indexes_once(
     assert len(scanned) == 6
     index_dir = tmp_path / "idx"
     assert main(["index", "--eos-id", "1", "-j", "2", "--index-dir", str(index_dir), *names]) == 0
-    assert len(list(index_dir.iterdir())) == 3
+    kept = sorted(p.name for p in index_dir.iterdir())
+    assert len(kept) == 4 and kept[-1].startswith("seekdata-manifest-tokens.")  # and 3 indexes
     assert PackedDocuments(names, 8, eos_id=EOS, index_dir=index_dir).num_documents == 5
     assert len(scanned) == 6  # built by the command's worker processes, reused here
 

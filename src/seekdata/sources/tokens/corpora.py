@@ -6,7 +6,9 @@ The public face is :mod:`seekdata.tokens`; its docstring is the user's guide to 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any, SupportsIndex
 
@@ -15,11 +17,13 @@ import torch
 
 from seekdata._core.checks import check_bool, check_int
 from seekdata.sources import remote
+from seekdata.sources.files import manifest as _manifest
 from seekdata.sources.files import paths as _paths
 from seekdata.sources.files.source import FileSource
 from seekdata.sources.tokens import index as _index
 from seekdata.sources.tokens import packing as _packing
-from seekdata.sources.tokens.files import TokenReader, check_dtype, describe
+from seekdata.sources.tokens.documents import FileDocuments
+from seekdata.sources.tokens.files import TokenReader, check_dtype, describe, from_manifest
 
 __all__ = [
     "IGNORE_INDEX",
@@ -33,6 +37,8 @@ __all__ = [
 IGNORE_INDEX = -100
 
 _Files = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+#: The columns of a tokens manifest a dataset reads at construction (dropped after).
+_COLUMNS = ("stamp", "documents", "tail", "min_id", "max_id")
 _Sample = dict[str, torch.Tensor]
 
 
@@ -58,6 +64,8 @@ class _TokenCorpus(FileSource[_Sample]):
         return self._sharded
 
     def _byte_ranges(self, index: int) -> list[tuple[Any, int, int]]:
+        if not self._reader.remote:  # nothing to fetch ahead (and no block packed for it)
+            return []
         return [r for a, b in self._token_ranges(index) for r in self._reader.byte_ranges(a, b)]
 
     def _token_ranges(self, index: int) -> list[tuple[int, int]]:
@@ -76,8 +84,16 @@ class _TokenCorpus(FileSource[_Sample]):
         storage_options: Any = None,
         cache: Any = None,
         windows: bool = False,
+        *,
+        index_dir: str | None = None,
+        manifest: Any = None,
+        eos_id: Any = None,
+        packed: bool = False,
     ) -> None:
-        """``windows``: items read ``seq_len + 1`` tokens of the corpus (packing pads instead)."""
+        """``windows``: items read ``seq_len + 1`` tokens of the corpus (packing pads instead).
+        The files' folders' manifests (``manifest=``) describe them without a stat or a HEAD
+        each; ``eos_id`` and ``packed`` (the packing counts for this ``seq_len``) only shape
+        the ``seekdata index`` command a refusal names."""
         where = self._where
         self.seq_len = _int(seq_len, "seq_len", where, 1, "pass the tokens per sequence, e.g. 2048")
         self.dtype = check_dtype(dtype, where)
@@ -87,10 +103,35 @@ class _TokenCorpus(FileSource[_Sample]):
         names = _paths.expand(files, where, noun="token file", example="train-{00..09}.bin")
         stores = remote.Stores(remote.check_options(storage_options, where))
         cache = remote.check_cache(cache, where)
-        described = remote.map_objects(
-            lambda n: describe(n, self.dtype, stores=stores, cache=cache), names, names
+        eos = eos_id if isinstance(eos_id, int) and not isinstance(eos_id, bool) else "E"
+        fix_args = _index.index_flags(eos, self.dtype) + (
+            f" --seq-len {self.seq_len}" if packed else ""
         )
-        self._reader = TokenReader(described, self.dtype)
+        table = _manifest.for_files(
+            names, "tokens", stores=stores, index_dir=index_dir,
+            manifest=_manifest.check_choice(manifest, where), columns=_COLUMNS, where=where,
+            pattern=os.fspath(files) if isinstance(files, str | os.PathLike) else None,
+            fix_args=fix_args,
+        )  # fmt: skip
+        described: list[Any] = [None] * len(names)
+        rest = list(range(len(names)))
+        if table is not None:
+            self._check_params(table, "dtype", self.dtype.str, "dtype")
+            stamps = table.columns["stamp"]
+            rest = np.flatnonzero(~table.covered()).tolist()
+            for k in np.flatnonzero(table.covered()).tolist():  # nothing read: no stat, no HEAD
+                described[k] = from_manifest(
+                    names[k], self.dtype, int(table.size[k]), int(table.items[k]), stamps[k],
+                    stores=stores, cache=cache,
+                )  # fmt: skip
+        others = [names[k] for k in rest]
+        found = remote.map_objects(
+            lambda n: describe(n, self.dtype, stores=stores, cache=cache), others, others
+        )
+        for k, f in zip(rest, found, strict=True):
+            described[k] = f
+        self._table = table
+        self._reader = TokenReader(described, self.dtype, table)
         self._checked = self.vocab_size is None  # True: no read needs the vocabulary check
         if windows and self.seq_len >= self.num_tokens:  # before np.arange(seq_len + 1)
             raise ValueError(
@@ -100,6 +141,29 @@ class _TokenCorpus(FileSource[_Sample]):
             )
         # positions 0 .. L, shared by every item; no document is longer than the corpus
         self._arange = np.arange(min(self.seq_len, self.num_tokens) + 1, dtype=np.int64)
+
+    def _check_params(self, table: _manifest.Table, key: str, value: Any, argument: str) -> None:
+        """Refuse a manifest written for another ``params[key]`` than this dataset's."""
+        for url, params in zip(table.manifests, table.params, strict=True):
+            if params.get(key) != value:
+                raise ValueError(
+                    f"{self._where}: the manifest {url} indexed its files with {key} "
+                    f"{params.get(key)!r}, but {argument}={value!r} here; pass the {argument} "
+                    f"the files were indexed with, index them again with `seekdata index"
+                    f"{table.fix_args} <your files>`, or pass manifest=False"
+                )
+
+    def _vocab_checked(self, files: list[int]) -> bool:
+        """Whether the manifest rows of ``files`` (indices) show every id in
+        ``[0, vocab_size)``; a file whose recorded ids leave it is refused, naming its first
+        such token (the only case that reads the file)."""
+        table, vocab = self._table, self.vocab_size
+        if table is None or vocab is None:
+            return False
+        low, high = table.columns["min_id"], table.columns["max_id"]
+        for k in files:
+            _index.check_vocab(self._reader.files[k], int(low[k]), int(high[k]), self.dtype, vocab)
+        return True
 
     def _token_id(self, value: Any, name: str) -> int:
         info = np.iinfo(self.dtype)
@@ -163,6 +227,12 @@ class TokenWindows(_TokenCorpus):
         storage_options: for remote files (``s3://``, ``https://``, ``hf://``, ...), the
             back-end's options (docs/remote.md); None: its usual places (the environment).
         cache: for remote files, a :class:`seekdata.remote.Cache` on local disk, or None.
+        manifest: None (the default): each folder's corpus manifest, written by ``seekdata
+            index --eos-id``, gives the files' sizes without a stat or a HEAD each (and, with
+            ``vocab_size``, their smallest and largest ids); False: none is read; a path or
+            URL: that manifest, for every file (docs/scale.md).
+        index_dir: where the manifests live when not beside the files (as ``seekdata index
+            --index-dir``).
         shard_windows: given, the corpus is cut into shards of this many consecutive windows
             (the last one shorter), :attr:`shard_sizes`, so that ``order="shards"`` reads a
             few shards at a time, their windows shuffled among themselves: for files in object
@@ -191,6 +261,8 @@ class TokenWindows(_TokenCorpus):
         storage_options: dict[str, Any] | None = None,
         cache: Any = None,
         shard_windows: int | None = None,
+        manifest: str | os.PathLike[str] | bool | None = None,
+        index_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.shard_windows = None
         if shard_windows is not None:  # checked before any file is read
@@ -200,7 +272,17 @@ class TokenWindows(_TokenCorpus):
                 "uint16 tokens is 16 MiB), or None for no shards",
             )  # fmt: skip
         self._sharded = self.shard_windows is not None
-        self._setup(files, seq_len, dtype, vocab_size, storage_options, cache, windows=True)
+        self._setup(
+            files, seq_len, dtype, vocab_size, storage_options, cache, windows=True,
+            index_dir=None if index_dir is None else os.fspath(index_dir), manifest=manifest,
+            eos_id=eos_id,
+        )  # fmt: skip
+        table = self._table
+        if table is not None and self.vocab_size is not None and table.covered().all():
+            low, high = np.array(table.columns["min_id"]), np.array(table.columns["max_id"])
+            self._checked = bool((low >= 0).all() and (high < self.vocab_size).all())
+        if table is not None:
+            table.drop_columns()
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
         self._len = (self.num_tokens - 1) // self.seq_len  # >= 1: _setup checked seq_len
         self._signatures: dict[int, str] = {}  # signature_of_first, by n
@@ -301,6 +383,14 @@ class PackedDocuments(_TokenCorpus):
             blocks at a time, their sequences shuffled among themselves: for files in object
             storage, streaming instead of requests per sequence. It changes no sequence; the
             signature records it, since it decides the shard-local order.
+        manifest: None (the default): each folder's corpus manifest (``seekdata index
+            --eos-id E --seq-len L``) gives every file's documents, ids and digest, and the
+            sequences per packing block, so nothing else is read at construction; False: every
+            file's index is read (or built) instead; a path or URL: that manifest, for every
+            file (docs/tokens.md, "Many files").
+
+    Packing is lazy: a block is packed when one of its sequences is first read, from the
+    indexes of the files it spans, read then (docs/tokens.md, "Packed lazily").
 
     An item is ``{"input_ids", "labels", "position_ids"}``, int64 tensors of ``L``: the
     documents one after another, then ``pad_id``. ``labels`` is each token's next token within
@@ -341,10 +431,15 @@ class PackedDocuments(_TokenCorpus):
         storage_options: dict[str, Any] | None = None,
         cache: Any = None,
         sharded: bool = False,
+        manifest: str | os.PathLike[str] | bool | None = None,
     ) -> None:
         where = self._where
         self.sharded = self._sharded = check_bool(sharded, "sharded", where)
-        self._setup(files, seq_len, dtype, vocab_size, storage_options, cache)
+        index_dir = None if index_dir is None else os.fspath(index_dir)
+        self._setup(
+            files, seq_len, dtype, vocab_size, storage_options, cache,
+            index_dir=index_dir, manifest=manifest, eos_id=eos_id, packed=True,
+        )  # fmt: skip
         if self.seq_len > _packing.MAX_SEQ_LEN:  # the packer counts documents per length
             raise ValueError(
                 f"{where}: seq_len must be at most {_packing.MAX_SEQ_LEN:,} tokens (the packing "
@@ -360,50 +455,90 @@ class PackedDocuments(_TokenCorpus):
                 f"eos_id={eos_id!r} and document_ends={'None' if document_ends is None else '...'}"
             )
         self.eos_id = None if eos_id is None else self._token_id(eos_id, "eos_id")
-        self._tails: frozenset[int] = frozenset()  # documents that end a file without eos
+        counts: list[int] | None = None
+        origin = where
         if self.eos_id is None:
-            bounds = self._given_bounds(document_ends)
+            self._documents: _packing.Bounds | FileDocuments = _packing.Bounds(
+                self._given_bounds(document_ends)
+            )
         else:
-            bounds = self._indexed_bounds(None if index_dir is None else os.fspath(index_dir),
-                                          rebuild_index)  # fmt: skip
-        self._bounds = bounds
-        # where a document's start needs eos_id before it: everywhere but at a file's start
-        self._file_starts = frozenset(self._reader.starts[:-1])
-        self._packing = _packing.Packing(bounds, self.seq_len)
+            self._documents, counts, origin = self._indexed(index_dir, rebuild_index)
+        if self._table is not None:
+            self._table.drop_columns()
+        self._packing = _packing.LazyPacking(self._documents, self.seq_len, counts, origin)
         self._stream_signature: str | None = None
 
-    def _indexed_bounds(self, index_dir: str | None, rebuild: bool) -> np.ndarray:
+    def _indexed(
+        self, index_dir: str | None, rebuild: bool
+    ) -> tuple[FileDocuments, list[int] | None, str]:
+        """The documents of the files, and the sequences of each packing block (None: counted
+        lazily, a block at a time), and where those counts come from. A file a manifest
+        describes gives its documents, tail, digest and ids from there (nothing read); another
+        file's index is read (or built) now. The counts come from the manifest's ``packing``
+        when the dataset is exactly its folder's files in its (name) order, else from the
+        indexes: no boundary of the whole corpus is held either way."""
         assert self.eos_id is not None  # the caller checked
-        files, starts = self._reader.files, self._reader.starts
-        eos_id = self.eos_id
+        files, eos_id, table = self._reader.files, self.eos_id, self._table
+        n = len(files)
+        counts, tails = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        digests = np.zeros((n, _manifest.DIGEST_BYTES), dtype=np.uint8)
+        rest = list(range(n))
+        if table is not None:
+            self._check_params(table, "eos_id", eos_id, "eos_id")
+            covered = np.flatnonzero(table.covered())
+            columns = table.columns
+            counts[covered] = [int(columns["documents"][k]) for k in covered.tolist()]
+            tails[covered] = [bool(columns["tail"][k]) for k in covered.tolist()]
+            digests[covered] = table.digests[covered]
+            self._vocab_checked(covered.tolist())
+            rest = np.flatnonzero(~table.covered()).tolist()
 
         def load(f: Any) -> Any:
             index = _index.load_or_build(
                 f, self.dtype, eos_id, index_dir=index_dir, rebuild=rebuild
             )
             if self.vocab_size is not None:
-                _index.check_vocab(f, index, self.dtype, self.vocab_size)
+                _index.check_vocab(f, index.min_id, index.max_id, self.dtype, self.vocab_size)
             return index
 
-        indexes = remote.map_objects(load, files, [f.name for f in files])
-        self._checked = True  # every file's ids were checked from its index
-        # a file's tokens after its last eos (or a file without one) are a document too
-        tails = [
-            len(ix.ends) == 0 or ix.ends[-1] != f.tokens
-            for f, ix in zip(files, indexes, strict=True)
-        ]
-        counts = [len(ix.ends) + tail for ix, tail in zip(indexes, tails, strict=True)]
-        bounds = np.empty(sum(counts) + 1, dtype=np.int64)
-        bounds[0], at, tail_docs = 0, 1, []
-        for k, (ix, tail) in enumerate(zip(indexes, tails, strict=True)):
-            np.add(ix.ends, starts[k], out=bounds[at : at + len(ix.ends)])
-            at += len(ix.ends)
-            if tail:
-                bounds[at] = starts[k + 1]
-                tail_docs.append(at - 1)
-                at += 1
-        self._tails = frozenset(tail_docs)
-        return bounds
+        indexes = remote.map_objects(load, [files[k] for k in rest], [files[k].name for k in rest])
+        self._checked = True  # every file's ids were checked from its index or manifest row
+        for k, ix in zip(rest, indexes, strict=True):
+            counts[k], tails[k] = ix.documents, ix.tail
+            digests[k] = np.frombuffer(bytes.fromhex(ix.digest), dtype=np.uint8)
+        documents = FileDocuments(
+            self._reader, eos_id, counts, tails, digests,
+            table=table, index_dir=index_dir, rebuild=rebuild,
+        )  # fmt: skip
+        for k, ix in zip(rest, indexes, strict=True):
+            documents.keep(k, ix)  # read already: a block that needs it does not read it again
+        if table is None:  # every index is at hand: count now
+            lengths = map(_index.document_lengths, indexes)
+            return documents, _packing.block_counts(lengths, self.seq_len), self._where
+        recorded = self._recorded_counts(table)
+        if recorded is None:
+            return documents, None, self._where
+        return documents, recorded, f"{self._where}: the manifest {table.manifests[0]}"
+
+    def _recorded_counts(self, table: _manifest.Table) -> list[int] | None:
+        """The manifest's sequences per block for this ``seq_len``, when they are this
+        dataset's: one manifest describes every file, and the files are all of its files, in
+        its (name) order — the order its packing was counted in. Else None."""
+        if len(table.manifests) != 1 or not table.covered().all():
+            return None
+        section = table.sections[0].get("packing", {})
+        section = section.get(str(self.seq_len)) if isinstance(section, dict) else None
+        if not isinstance(section, dict):
+            return None
+        if (section.get("version"), section.get("block")) != (
+            _packing.PACKING_VERSION,
+            _packing.BLOCK,
+        ):
+            return None
+        names = [_basename(f.name).encode() for f in self._reader.files]
+        if section.get("files") != len(names) or any(a >= b for a, b in itertools.pairwise(names)):
+            return None
+        return [int(c) for c in section.get("sequences", [])]
 
     def _given_bounds(self, document_ends: Any) -> np.ndarray:
         where, total = self._where, self.num_tokens
@@ -431,7 +566,7 @@ class PackedDocuments(_TokenCorpus):
 
     @property
     def num_documents(self) -> int:
-        return len(self._bounds) - 1
+        return self._documents.documents
 
     @property
     def utilization(self) -> float:
@@ -440,8 +575,11 @@ class PackedDocuments(_TokenCorpus):
 
     @property
     def nbytes(self) -> int:
-        """Memory the dataset holds for its documents and packing (the token files aside)."""
-        return self._bounds.nbytes + self._packing.nbytes
+        """Memory the dataset holds for its documents and packing (the token files aside): per
+        file a few integers, per block its count, and the blocks packed in this process."""
+        given = self._documents
+        held = given.all.nbytes if isinstance(given, _packing.Bounds) else given.nbytes
+        return held + self._packing.nbytes
 
     @property
     def shard_sizes(self) -> list[int]:
@@ -451,26 +589,69 @@ class PackedDocuments(_TokenCorpus):
         existed."""
         if not self.sharded:
             raise AttributeError(f"{self._where} has no shards: pass sharded=True")
-        return list(self._packing.sequences_per_block)
+        return self._packing.sequences_per_block
 
     @property
     def stream_signature(self) -> str:
-        """What decides the sequences (seq_len, dtype, pad_id, the documents' lengths in order
-        (a blake2b digest of their boundaries), the packing's version and its sequences per
-        block), for a loader's or sampler's state: a checkpoint over another packing, or over
-        the corpus in another order, is refused at ``load_state_dict``. How the corpus is cut
-        into files, and where the boundaries came from, are not part of it."""
-        if self._stream_signature is None:  # hashed once: 1e7 documents in ~0.1 s
-            lengths = hashlib.blake2b(self._bounds.astype("<i8", copy=False).data, digest_size=16)
-            digest = self._signature(
-                _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_tokens,
-                self.num_documents, lengths.hexdigest(), self._packing.sequences_per_block,
-                *((("sharded", True),) if self.sharded else ()),
-            )  # fmt: skip
+        """What decides the sequences, for a loader's or sampler's state: a checkpoint over
+        another packing, or over the corpus in another order, is refused at
+        ``load_state_dict``. A digest of digests: of seq_len, dtype, eos_id, pad_id, the
+        packing's version and block, the sequences, and each file's index digest in order (its
+        token count, smallest and largest id and document ends), so it is built from the
+        manifest without reading an index, and the same with or without one. With
+        ``document_ends``, the digest of those boundaries stands for the files'."""
+        if self._stream_signature is None:
+            given = self._documents
+            if isinstance(given, _packing.Bounds):  # given boundaries stand for the files'
+                data = np.ascontiguousarray(given.all, dtype="<i8").tobytes()
+                digests = np.frombuffer(bytes.fromhex(_manifest.digest_of(data)), dtype=np.uint8)
+            else:
+                digests = given.digests
+            params = {
+                "family": self._where, "seq_len": self.seq_len, "dtype": self.dtype.str,
+                "eos_id": self.eos_id, "pad_id": self.pad_id, "sharded": self.sharded,
+                "packing": _packing.PACKING_VERSION, "block": _packing.BLOCK,
+            }  # fmt: skip
+            digest = _manifest.signature(params, len(self), digests.reshape(-1, 16))
             self._stream_signature = (
                 f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
             )
         return self._stream_signature
+
+    def accepts_signature(self, signature: str, n: int) -> bool:
+        """Whether ``signature`` is the form releases before the manifest wrote (a digest of
+        every document boundary) of these sequences: a checkpoint they saved resumes. It reads
+        every file's index once, a block at a time (warned: slow on a large corpus)."""
+        if n != len(self) or _manifest.SIGNATURE_MARK in signature:
+            return False
+        if not signature.startswith(f"PackedDocuments(seq_len={self.seq_len}, sequences={n}, "):
+            return False
+        warnings.warn(
+            f"PackedDocuments: the checkpoint's signature {signature!r} is of the form earlier "
+            f"releases wrote (a digest of every document boundary), so checking it reads the "
+            f"index of every one of the {len(self.files)} files once; the next checkpoint is "
+            "signed from the files' digests and resumes without that",
+            stacklevel=2,
+        )
+        return self.legacy_signature() == signature
+
+    def legacy_signature(self) -> str:
+        """:attr:`stream_signature` as releases before the manifest wrote it (a digest of every
+        document boundary), to accept their checkpoints: it reads every file's index, a block
+        at a time (slow on a large corpus; a resume does it once)."""
+        h = hashlib.blake2b(digest_size=16)
+        documents = self._documents
+        for d0 in range(0, documents.documents, _packing.BLOCK):
+            d1 = min(documents.documents, d0 + _packing.BLOCK)
+            bounds = documents.bounds(d0, d1)
+            h.update(np.ascontiguousarray(bounds[:-1] if d1 < documents.documents else bounds,
+                                          dtype="<i8").data)  # fmt: skip
+        digest = self._signature(
+            _packing.PACKING_VERSION, _packing.BLOCK, self.pad_id, self.num_tokens,
+            self.num_documents, h.hexdigest(), self._packing.sequences_per_block,
+            *((("sharded", True),) if self.sharded else ()),
+        )  # fmt: skip
+        return f"PackedDocuments(seq_len={self.seq_len}, sequences={len(self)}, {digest})"
 
     def locate(self, index: SupportsIndex) -> list[tuple[int, int, int]]:
         """``(document, start, stop)`` of each document piece in sequence ``index``, in order:
@@ -484,9 +665,8 @@ class PackedDocuments(_TokenCorpus):
     def _token_ranges(self, index: int) -> list[tuple[int, int]]:
         out = []
         for s in self._packing.segments(index):
-            whole = s.stop == self._bounds[s.document + 1]  # else a piece: one token more
-            stop = s.stop if whole else s.stop + 1
-            first = self._checked_start(s.document)  # and the token before its document
+            stop = s.stop if s.stop == s.doc_stop else s.stop + 1  # a piece: one token more
+            first = self._checked_start(s.doc_start)  # and the token before its document
             if first is not None and first == s.start:
                 out.append((s.start - 1, stop))
                 continue
@@ -495,13 +675,16 @@ class PackedDocuments(_TokenCorpus):
             out.append((s.start, stop))
         return out
 
-    def _checked_start(self, doc: int) -> int | None:
-        """Where document ``doc`` starts, when the token before it must be eos_id (not at a
-        file's start, and only with eos_id: given ``document_ends`` are the caller's)."""
-        first = int(self._bounds[doc])
-        if self.eos_id is None or first in self._file_starts:
+    def _checked_start(self, first: int) -> int | None:
+        """``first``, where a document starts, when the token before it must be eos_id (not at
+        a file's start, and only with eos_id: given ``document_ends`` are the caller's)."""
+        if self.eos_id is None or self._reader.starts[self._reader.file_at(first)] == first:
             return None
         return first
+
+    def _is_tail(self, doc: int) -> bool:
+        given = self._documents
+        return isinstance(given, FileDocuments) and given.is_tail(doc)
 
     def __getitem__(self, index: SupportsIndex) -> _Sample:
         length = self.seq_len
@@ -510,13 +693,13 @@ class PackedDocuments(_TokenCorpus):
         positions = np.empty(length, dtype=np.int64)
         at, ends = 0, 0  # ends: the documents here that end with eos_id
         segments = self._packing.segments(self._check_index(index))
-        for doc, start, stop in segments:
+        for doc, start, stop, doc_start, doc_stop in segments:
             n = stop - start
-            whole = stop == self._bounds[doc + 1]  # else a piece: its last label comes next
+            whole = stop == doc_stop  # else a piece: its last label comes next
             end = stop if whole else stop + 1
             # the token before the document is eos_id: else the index starts it inside another
             # (an added boundary), and every sequence of it would hold the wrong tokens
-            first = self._checked_start(doc)
+            first = self._checked_start(doc_start)
             if first is not None and first == start:  # its first segment: one token more
                 tokens = self._read(start - 1, end)
                 before, tokens = tokens[0], tokens[1:]
@@ -526,7 +709,7 @@ class PackedDocuments(_TokenCorpus):
                 before, tokens = self.eos_id, self._read(start, end)
             if first is not None and before != self.eos_id:
                 self._not_indexed(doc, first, "start")
-            if whole and self.eos_id is not None and doc not in self._tails:
+            if whole and self.eos_id is not None and not self._is_tail(doc):
                 if tokens[-1] != self.eos_id:
                     self._not_indexed(doc, stop - 1, "end")
                 ends += 1
@@ -548,8 +731,8 @@ class PackedDocuments(_TokenCorpus):
 
     def _eos_inside(self, segments: list[_packing.Segment]) -> None:
         """Raise naming the first eos_id before the last token of one of ``segments``."""
-        for doc, start, stop in segments:
-            last = stop - 1 if stop == self._bounds[doc + 1] else stop  # a piece: all inside
+        for doc, start, stop, _, doc_stop in segments:
+            last = stop - 1 if stop == doc_stop else stop  # a piece: all inside
             inner = np.flatnonzero(self._reader.read(start, last) == self.eos_id)
             if len(inner):
                 self._not_indexed(doc, start + int(inner[0]), "inside")

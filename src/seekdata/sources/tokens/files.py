@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from seekdata.sources.files import handles as _handles
+from seekdata.sources.files import manifest as _manifest
 from seekdata.sources.files.paths import is_remote
 
 #: Most token files one process keeps mapped at once (the floor's one limit).
@@ -79,6 +80,31 @@ def describe(
     offset = _npy_offset(name, dtype, st.st_size) if name.endswith(".npy") else 0
     tokens = _count(name, dtype, st.st_size - offset)
     return TokenFile(name, os.path.abspath(name), offset, tokens, st.st_size, st.st_mtime_ns)
+
+
+def from_manifest(
+    name: str,
+    dtype: np.dtype[Any],
+    size: int,
+    tokens: int,
+    stamp: str,
+    *,
+    stores: Any = None,
+    cache: Any = None,
+) -> TokenFile:
+    """A token file as its manifest row describes it (size, tokens, stamp): nothing is read
+    (no stat, no HEAD). That it still is that file is checked when it is first opened or read
+    (:class:`TokenReader`'s open, a remote read's ``If-Match``)."""
+    offset = size - tokens * dtype.itemsize  # a .npy header, or 0
+    if is_remote(name):
+        from seekdata.sources.remote import RemoteFile, Stores
+
+        file = RemoteFile(
+            stores if stores is not None else Stores({}), name, size=size, etag=stamp, cache=cache
+        )
+        return TokenFile(name, name, offset, tokens, size, 0, stamp, file)
+    mtime_ns = int(stamp.split(":", 1)[1]) if stamp.startswith("mtime_ns:") else -1
+    return TokenFile(name, os.path.abspath(name), offset, tokens, size, mtime_ns)
 
 
 def _describe_remote(name: str, dtype: np.dtype[Any], stores: Any, cache: Any) -> TokenFile:
@@ -147,9 +173,13 @@ def _npy_offset(name: str, dtype: np.dtype[Any], size: int, file: Any = None) ->
 class TokenReader:
     """The concatenation of token files, read by position; picklable, fork-safe."""
 
-    def __init__(self, files: Sequence[TokenFile], dtype: np.dtype[Any]) -> None:
+    def __init__(self, files: Sequence[TokenFile], dtype: np.dtype[Any], table: Any = None) -> None:
+        """``table``: the files' manifest rows (:class:`seekdata.sources.files.manifest.Table`),
+        against which a file is checked when it is opened; None: against ``files``."""
         self.files = list(files)
         self.dtype = dtype
+        self.table = table
+        self.remote = any(f.remote is not None for f in self.files)  #: some file is remote
         starts = [0]
         for f in self.files:
             starts.append(starts[-1] + f.tokens)
@@ -203,13 +233,21 @@ class TokenReader:
     def tokens(self, k: int) -> np.ndarray:
         """All tokens of file ``k``, memory-mapped (opened on first use in this process; views
         handed out keep their own mapping when the LRU drops it)."""
-        return self._maps.get(k, lambda: self._open(self.files[k]))
+        return self._maps.get(k, lambda: self._open(k))
 
-    def _open(self, f: TokenFile) -> np.ndarray:
+    def _open(self, k: int) -> np.ndarray:
+        f = self.files[k]
+        manifest = None if self.table is None else self.table.manifest_of(k)
         try:
             now = _handles.changed(f.path, f.size, f.mtime_ns)
         except OSError as exc:
+            if manifest is not None:
+                raise _manifest.stale_error(
+                    f.name, manifest, f"it cannot be opened ({exc})", self.table.fix_args
+                ) from exc
             raise ValueError(f"token file {f.name}: cannot open {f.path} ({exc})") from exc
+        if now is not None and manifest is not None:
+            self.table.check_stamp(k, f.name, now[0], f"mtime_ns:{now[1]}")
         if now is not None:
             raise ValueError(
                 f"token file {f.name} changed after this dataset read it (size {f.size} → "

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from seekdata.sources.files import indexes as _indexes
+from seekdata.sources.tokens import packing as _packing
 from seekdata.sources.tokens.files import TokenFile, describe, token_array
 
 #: ``format`` field of every index header.
@@ -58,6 +59,22 @@ class DocIndex:
     ends: np.ndarray  #: int64: one past each end-of-document token, increasing
     etag: str | None = None  #: a remote file's ETag when indexed
 
+    @functools.cached_property
+    def digest(self) -> str:
+        """What the header's ``blake2b`` holds: the digest of what decides the file's
+        documents (a corpus manifest's per-file ``digest``)."""
+        return _digest(self.tokens, self.min_id, self.max_id, self.ends)
+
+    @property
+    def tail(self) -> bool:
+        """The file ends inside a document (its tokens after the last eos_id are one too)."""
+        return len(self.ends) == 0 or int(self.ends[-1]) != self.tokens
+
+    @property
+    def documents(self) -> int:
+        """Documents of the file: one per eos_id, and the tail."""
+        return len(self.ends) + self.tail
+
     def header(self, name: str, digest: str) -> dict[str, Any]:
         return {
             "format": INDEX_FORMAT,
@@ -79,6 +96,11 @@ class DocIndex:
 def index_path(path: str, index_dir: str | None) -> str:
     """Where the index of the token file ``path`` lives (the floor's rule, this suffix)."""
     return _indexes.index_path(path, INDEX_SUFFIX, index_dir)
+
+
+def index_flags(eos_id: int | str, dtype: np.dtype[Any]) -> str:
+    """The options of ``seekdata index`` for token files of ``eos_id`` and ``dtype``."""
+    return f" --eos-id {eos_id}" + ("" if dtype == np.uint16 else f" --dtype {dtype.name}")
 
 
 def rebuild_hint(name: str, eos_id: int, dtype: np.dtype[Any]) -> str:
@@ -142,18 +164,26 @@ class _Unsound(Exception):
     """The index's header is ours, but its offsets do not match it."""
 
 
+class Untrusted(ValueError):
+    """A kept index that does not match its own header (edited or corrupted)."""
+
+
 def _read(ipath: str, dtype: np.dtype[Any], eos_id: int) -> DocIndex | None:
     """The index at ``ipath``; None when missing, unreadable, or for another eos id or dtype.
     Raises :class:`_Unsound` when its offsets do not match its header."""
     try:
-        with open(ipath, "rb") as fp:
-            line = fp.readline(_MAX_HEADER)
-        size = os.path.getsize(ipath)
+        fp = open(ipath, "rb")  # noqa: SIM115 -- closed below; opened once, offsets mapped from it
     except OSError:
         return None
-    return _parse(line, size, dtype, eos_id, lambda count: np.memmap(
-        ipath, dtype="<i8", mode="r", offset=len(line), shape=(count,)
-    ))  # fmt: skip
+    with fp:
+        try:
+            line = fp.readline(_MAX_HEADER)
+            size = os.fstat(fp.fileno()).st_size
+        except OSError:
+            return None
+        return _parse(line, size, dtype, eos_id, lambda count: np.memmap(
+            fp, dtype="<i8", mode="r", offset=len(line), shape=(count,)
+        ))  # fmt: skip
 
 
 def _parse(
@@ -212,6 +242,41 @@ def _read_remote(
     ))  # fmt: skip
 
 
+def kept(f: TokenFile, dtype: np.dtype[Any], eos_id: int, index_dir: str | None) -> DocIndex | None:
+    """The kept boundary index of ``f`` as it is, or None (missing, unreadable, for another eos
+    id or dtype); a ``ValueError`` when its offsets do not match its own header."""
+    remote = f.remote is not None
+    try:
+        if remote:
+            return _read_remote(f, dtype, eos_id, index_dir)
+        return _read(index_path(f.path, index_dir), dtype, eos_id)
+    except _Unsound as exc:
+        where = (
+            _indexes.where(f.name, INDEX_SUFFIX, index_dir)
+            if remote
+            else index_path(f.path, index_dir)
+        )
+        raise Untrusted(
+            f"token file {f.name}: its document index {where} cannot be trusted ({exc}); "
+            f"it was edited or corrupted. {rebuild_hint(f.name, eos_id, dtype)}"
+        ) from None
+
+
+def document_lengths(index: DocIndex) -> np.ndarray:
+    """The token counts of the file's documents, in order (its tail included): what
+    :func:`seekdata.sources.tokens.packing.block_counts` takes, a file at a time."""
+    return np.diff(file_ends(index, 0, index.documents), prepend=0)
+
+
+def file_ends(index: DocIndex, lo: int, hi: int) -> np.ndarray:
+    """Where documents ``lo .. hi - 1`` of the file stop (token positions in the file; the
+    tail's is the file's end)."""
+    ends = np.asarray(index.ends[lo : min(hi, len(index.ends))], dtype=np.int64)
+    if hi > len(index.ends):  # the tail
+        ends = np.append(ends, index.tokens)
+    return ends
+
+
 def load_or_build(
     f: TokenFile,
     dtype: np.dtype[Any],
@@ -230,19 +295,10 @@ def load_or_build(
     )
     hint = rebuild_hint(f.name, eos_id, dtype)
     try:
-        old = (
-            None
-            if force
-            else _read_remote(f, dtype, eos_id, index_dir)
-            if remote
-            else _read(ipath, dtype, eos_id)
-        )
-    except _Unsound as exc:
+        old = None if force else kept(f, dtype, eos_id, index_dir)
+    except Untrusted:
         if not rebuild:
-            raise ValueError(
-                f"token file {f.name}: its document index {ipath} cannot be trusted ({exc}); "
-                f"it was edited or corrupted. {hint}"
-            ) from None
+            raise
         old = None
     if old is not None and (old.size, old.mtime_ns, old.etag) == (f.size, f.mtime_ns, f.etag):
         return old
@@ -298,14 +354,63 @@ def vocab_error(name: str, position: int, token: int, vocab_size: int) -> ValueE
     )
 
 
-def check_vocab(f: TokenFile, index: DocIndex, dtype: np.dtype[Any], vocab_size: int) -> None:
-    """Refuse ``f`` when its recorded ids leave ``[0, vocab_size)``, naming the first such token."""
-    if index.min_id >= 0 and index.max_id < vocab_size:
+def check_vocab(
+    f: TokenFile, min_id: int, max_id: int, dtype: np.dtype[Any], vocab_size: int
+) -> None:
+    """Refuse ``f`` when its recorded ids (its index's, or its manifest row's) leave
+    ``[0, vocab_size)``, naming the first such token."""
+    if min_id >= 0 and max_id < vocab_size:
         return
     tokens = token_array(f, dtype)
     position = first_out_of_vocab(tokens, vocab_size)
     where = 0 if position is None else position  # None: the file changed since it was indexed
     raise vocab_error(f.name, where, int(tokens[where : where + 1][0]), vocab_size)
+
+
+def manifest_params(dtype: np.dtype[Any], eos_id: int) -> dict[str, Any]:
+    """The tokens family's manifest ``params``: what decides every file's documents."""
+    return {"dtype": np.dtype(dtype).str, "eos_id": int(eos_id)}
+
+
+def stamp(index: DocIndex) -> str:
+    """The stamp the index was built under, as a manifest writes it: a remote object's ETag,
+    a local file's ``mtime_ns:<int>``."""
+    return index.etag if index.etag is not None else f"mtime_ns:{index.mtime_ns}"
+
+
+def manifest_entry(index: DocIndex, name: str) -> dict[str, Any]:
+    """One file's row of a tokens manifest (``seekdata index --eos-id``), from its index:
+    the common columns (``items``: tokens; ``digest``: the index's, what decides the file's
+    documents) and the family's (``documents``, ``min_id``, ``max_id``, ``tail``)."""
+    return {
+        "name": name.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1],
+        "size": index.size,
+        "stamp": stamp(index),
+        "items": index.tokens,
+        "digest": index.digest,
+        "documents": index.documents,
+        "min_id": index.min_id,
+        "max_id": index.max_id,
+        "tail": int(index.tail),
+    }
+
+
+def packing_section(
+    indexes: Iterable[DocIndex], seq_lens: Iterable[int], jobs: int = 1
+) -> dict[str, Any]:
+    """A tokens manifest's ``packing``: per ``seq_len``, the sequences of each packing block
+    of the documents of ``indexes`` — every file of the folder, in the manifest's (name)
+    order. A dataset over exactly those files in that order takes its counts from here."""
+    indexes = list(indexes)
+    return {
+        str(n): {
+            "version": _packing.PACKING_VERSION,
+            "block": _packing.BLOCK,
+            "files": len(indexes),
+            "sequences": _packing.block_counts(map(document_lengths, indexes), n, jobs),
+        }
+        for n in sorted(set(seq_lens))
+    }
 
 
 @dataclass(frozen=True)
@@ -358,5 +463,5 @@ def _index_one(
     f = describe(name, dtype, stores=stores)
     index = load_or_build(f, dtype, eos_id, index_dir=index_dir, force=force)
     if vocab_size is not None:
-        check_vocab(f, index, dtype, vocab_size)
+        check_vocab(f, index.min_id, index.max_id, dtype, vocab_size)
     return Indexed(name, f.tokens, len(index.ends) + (int(index.ends[-1:].sum()) != f.tokens))
