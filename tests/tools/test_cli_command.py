@@ -62,10 +62,11 @@ def _blocked(tmp_path: pathlib.Path, *modules: str) -> dict[str, str]:
     [
         # tar shards need webdataset
         (["index", "{dir}/shard.tar"], ("webdataset",), "webdataset"),
-        # a brace pattern of token files needs braceexpand (webdataset is there)
-        (["index", "--eos-id", "0", "{dir}/part-{{0..1}}.bin"], ("braceexpand",), "braceexpand"),
+        # a brace pattern of token files needs braceexpand (webdataset is there); one numeric
+        # range alone is expanded without it, so the patterns here are lists
+        (["index", "--eos-id", "0", "{dir}/part-{{0,1}}.bin"], ("braceexpand",), "braceexpand"),
         # a brace pattern of shards, with webdataset there but not braceexpand
-        (["index", "{dir}/shard-{{0..1}}.tar"], ("braceexpand",), "braceexpand"),
+        (["index", "{dir}/shard-{{0,1}}.tar"], ("braceexpand",), "braceexpand"),
     ],
 )
 def test_a_missing_optional_package_is_one_line_naming_the_extra(

@@ -497,8 +497,11 @@ def remove(url: str, stores: Any = None) -> None:
         return
     loc = locate(url, stores.options if stores is not None else None)
     backend = _stores(stores).backend(loc)
-    with contextlib.suppress(FileNotFoundError):
-        backend.fs.rm_file(backend.path(loc.key))
+    try:
+        backend.delete(loc.key)
+    except _faults.Permanent as exc:
+        if exc.kind != "missing":
+            raise
 
 
 def _dumps(doc: Mapping[str, Any]) -> bytes:
@@ -733,6 +736,15 @@ def stamp_hash(stamp: str) -> int:
     return int(_stamp_hashes([stamp])[0])
 
 
+def _objects(values: Any) -> np.ndarray:
+    """``values`` as a 1-D object array, one item per file: ``np.asarray`` would make a column
+    of equal-length lists (Parquet's rows per row group) a 2-D array."""
+    out = np.empty(len(values), dtype=object)
+    for k, value in enumerate(values):
+        out[k] = value
+    return out
+
+
 def _stamp_hashes(stamps: Sequence[str]) -> np.ndarray:
     if not len(stamps):
         return np.zeros(0, dtype=np.uint64)
@@ -833,7 +845,7 @@ def for_files(
         stamps = m.stamps
         table.stamp[idx] = _stamp_hashes([stamps[r] for r in at.tolist()])
         for c in columns:
-            values = np.asarray(m.column(c), dtype=object)
+            values = _objects(m.column(c))
             table.columns[c][idx] = values[at]
     return table
 

@@ -51,6 +51,10 @@ class Backend:
     def put(self, key: str, data: bytes) -> None:
         call_sorted(lambda: self.fs.pipe_file(self.path(key), data))
 
+    def delete(self, key: str) -> None:
+        """Remove a small object this library wrote (a build's part record)."""
+        call_sorted(lambda: self.fs.rm_file(self.path(key)))
+
 
 def check_status(status: int) -> None:
     if status in (200, 206):

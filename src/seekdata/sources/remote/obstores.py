@@ -176,6 +176,11 @@ class ObstoreS3Backend(Backend):
 
         _call(lambda: obstore.put(self.store, key, data))
 
+    def delete(self, key: str) -> None:
+        import obstore
+
+        _call(lambda: obstore.delete(self.store, key))
+
 
 _STATUS = re.compile(r"status code: (\d{3})")
 

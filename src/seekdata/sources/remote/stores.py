@@ -393,6 +393,9 @@ class S3Backend(Backend):
     def put(self, key: str, data: bytes) -> None:
         self._run("put_object", Body=data, **self._where(key))
 
+    def delete(self, key: str) -> None:
+        self._run("delete_object", **self._where(key))
+
 
 class HTTPBackend(Backend):
     """``http(s)://`` and the Hugging Face Hub: range GETs on fsspec's aiohttp session, with
@@ -477,6 +480,9 @@ class HTTPBackend(Backend):
         return self._request("GET", key, {})[2]
 
     def put(self, key: str, data: bytes) -> None:
+        raise _faults.Permanent("read-only", "an http(s) store is read only")
+
+    def delete(self, key: str) -> None:
         raise _faults.Permanent("read-only", "an http(s) store is read only")
 
 
