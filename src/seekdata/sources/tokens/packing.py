@@ -52,10 +52,12 @@ BLOCK = 1 << 16
 MAX_SEQ_LEN = 1 << 24
 #: Bumped whenever the packing changes; it is part of ``PackedDocuments.stream_signature``.
 PACKING_VERSION = 1
-#: Packed blocks one process keeps (per dataset), ~0.8 MB each: a batch of a shard-local order
-#: (``sharded=True``) reads one or two; a global shuffle reads a block per item, so over more
-#: than this many blocks most items pack theirs again (~15-35 ms, in the loader's workers).
-CACHED_BLOCKS = 32
+#: Packed blocks one process keeps (per dataset), ~0.7 MB each, so at most ~110 MB: a batch of
+#: a shard-local order (``sharded=True``) reads one or two; a global shuffle reads a block per
+#: item, so up to this many blocks (~10.5 million documents) each block is packed once per
+#: process, as the eager packing of the release before did (which held 11 bytes per document
+#: in every process), and beyond, most items pack theirs again (~15-35 ms, in the workers).
+CACHED_BLOCKS = 160
 
 
 def best_fit_decreasing(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, int]:
