@@ -152,7 +152,12 @@ def test_storage_options_reach_token_files(s3: _servers.Server) -> None:
     assert done.stdout == (
         "built or found current 1 remote index: 1 token file, 8 tokens, 3 documents; "
         "indexes beside the files\n"
+        "manifest s3://index-remote/tok/seekdata-manifest-tokens.json: 1 file\n"
     )
+    kept = _servers.s3_client(s3).get_object(Bucket=BUCKET, Key="tok/seekdata-manifest-tokens.json")
+    manifest = json.loads(kept["Body"].read())
+    assert (manifest["family"], manifest["files"]["name"]) == ("tokens", ["t0.bin"])
+    assert manifest["files"]["documents"] == [3]
 
 
 def error_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
