@@ -90,6 +90,11 @@ LONGEST_FIRST = (
     "tests/tools/test_elastic_torchrun.py",
     "tests/sources/mixtures/test_mixture_schedule.py",
     "tests/integrations/test_lightning.py",
+    "tests/sources/tokens/test_scale_tokens.py",
+    "tests/loader/test_threads_iterable.py",
+    "tests/sources/parquet/test_scale_parquet.py",
+    "tests/sources/remote/test_threads.py",
+    "tests/tools/test_cli_index_parts.py",
 )
 
 
