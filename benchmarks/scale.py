@@ -113,7 +113,7 @@ def main() -> None:
                    help="largest count measured without a manifest (default 1000)")  # fmt: skip
     p.add_argument("--s3-objects", type=int, default=0,
                    help="also put this many shards (and indexes) in the bucket")  # fmt: skip
-    p.add_argument("--index-shards", type=int, default=400,
+    p.add_argument("--index-shards", type=int, default=1600,
                    help="shards of 100 samples for seekdata index -j 1/-j 2")  # fmt: skip
     p.add_argument("--from-json", type=pathlib.Path, metavar="FILE",
                    help="measure nothing: print the tables and draw the plot of FILE")  # fmt: skip

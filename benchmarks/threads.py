@@ -16,9 +16,10 @@ before the next starts (``wait_workers``), and reports the median of the rounds:
 - **persistent_workers=False over a dataset holding ``--strings`` Python strings** (2 million by
   default), ``--first-workers`` workers (4), shuffled, threads against processes: ``iter()`` to
   the first batch, and the memory of the job: the sum of the PSS (``/proc/<pid>/smaps_rollup``)
-  of this process and its worker processes after ``--pss-batches`` batches (a forked worker's
-  copy of the strings is shared with the parent until touched; reading a string writes its
-  reference count, which copies its page into that worker).
+  of the job's process (a fresh one per job: this script with ``--job``, so the harness's own
+  imports are not counted) and its worker processes after ``--pss-batches`` batches (a forked
+  worker's copy of the strings is shared with the parent until touched; reading a string
+  writes its reference count, which copies its page into that worker).
 
     python benchmarks/threads.py            # the figures in docs/threads.md
     python benchmarks/threads.py --quick    # a smoke run
@@ -26,10 +27,13 @@ before the next starts (``wait_workers``), and reports the median of the rounds:
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import io
+import json
 import multiprocessing
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -253,30 +257,47 @@ def pss_mb(pids: list[int]) -> float:
     return total_kb / 1024
 
 
-def first_batch_rows(n: int, workers: int, rounds: int, batches: int) -> list[dict[str, Any]]:
-    """``persistent_workers=False``: ``iter()`` -> first batch, and the job's PSS after
-    ``batches`` batches, threads against processes."""
+def one_job(method: str, n: int, workers: int, batches: int) -> tuple[float, float]:
+    """One job, in this process: ``iter()`` -> first batch of a shuffled loader over ``n``
+    strings, and the sum of the PSS of this process and its workers after ``batches``
+    batches."""
     ds = Strings(n)
     linux = os.path.exists("/proc/self/smaps_rollup")
+    with quiet():  # torch's warning on more workers than CPUs
+        loader = seekdata.StatefulDataLoader(  # shuffled, as training reads it
+            ds, batch_size=64, shuffle=True, seed=0, num_workers=workers, worker_method=method,
+        )  # fmt: skip
+        start = time.perf_counter()
+        it = iter(loader)
+        next(it)
+        elapsed = time.perf_counter() - start
+        for _ in range(batches - 1):
+            next(it)
+        pids = [os.getpid(), *(c.pid for c in multiprocessing.active_children())]
+        pss = pss_mb([p for p in pids if p is not None]) if linux else float("nan")
+    del it, loader
+    wait_workers()
+    return elapsed, pss
+
+
+def first_batch_rows(n: int, workers: int, rounds: int, batches: int) -> list[dict[str, Any]]:
+    """``persistent_workers=False``: ``iter()`` -> first batch, and the job's PSS after
+    ``batches`` batches, threads against processes. Each job is a fresh process (this
+    script, ``--job``): its memory is a training script's, not this harness's (which has
+    imported every loader and built the JPEG set by then)."""
 
     def case(method: str) -> Callable[[], tuple[float, float]]:
         def run() -> tuple[float, float]:
-            with quiet():  # torch's warning on more workers than CPUs
-                loader = seekdata.StatefulDataLoader(  # shuffled, as training reads it
-                    ds, batch_size=64, shuffle=True, seed=0, num_workers=workers,
-                    worker_method=method,
-                )  # fmt: skip
-                start = time.perf_counter()
-                it = iter(loader)
-                next(it)
-                elapsed = time.perf_counter() - start
-                for _ in range(batches - 1):
-                    next(it)
-                pids = [os.getpid(), *(c.pid for c in multiprocessing.active_children())]
-                pss = pss_mb([p for p in pids if p is not None]) if linux else float("nan")
-            del it, loader
-            wait_workers()
-            return elapsed, pss
+            argv = ["--job", method, "--strings", str(n), "--first-workers", str(workers),
+                    "--pss-batches", str(batches)]  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), *argv],
+                capture_output=True, text=True, timeout=1800,
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError(done.stderr[-2000:])
+            elapsed, pss = json.loads(done.stdout.strip().splitlines()[-1])
+            return float(elapsed), float(pss)
 
         return run
 
@@ -314,7 +335,14 @@ def main() -> None:
     p.add_argument(
         "--parts", default="throughput,memory", help="what to run: throughput, memory, or both"
     )
+    p.add_argument("--job", choices=["thread", "multiprocessing"],
+                   help=argparse.SUPPRESS)  # one memory job, run by first_batch_rows  # fmt: skip
     args = p.parse_args()
+    if args.job is not None:
+        torch.set_num_threads(1)
+        figures = one_job(args.job, args.strings, args.first_workers, args.pss_batches)
+        print(json.dumps(figures))
+        return
     parts = set(args.parts.split(","))
     if args.quick:
         args.images, args.side, args.epochs, args.rounds = 128, 128, 1, 1

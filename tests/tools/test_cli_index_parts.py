@@ -116,3 +116,17 @@ def test_shards_added_later_join_the_folders_manifest(
     assert capsys.readouterr().out.splitlines()[-1].endswith(": 5 files")
     ds = TarShards(str(tmp_path / "shard-{000..004}.tar"))
     assert not ds._eager and ds.shard_sizes == [1, 2, 3, 4, 1]
+
+
+def test_indexing_tar_shards_imports_neither_torch_nor_webdataset(tmp_path: pathlib.Path) -> None:
+    """The command's serial part is its start: torch's import (seconds) would be most of it."""
+    pattern = write(tmp_path, 3)
+    code = (
+        "import sys\nfrom seekdata.tools.cli import main\n"
+        f"assert main(['index', '-j', '2', {pattern!r}]) == 0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'webdataset')))"
+    )
+    done = run("-c", code, script=[sys.executable])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / manifest.manifest_name("tar")).exists()

@@ -208,19 +208,17 @@ def _run_index(args: argparse.Namespace) -> int:
     started = time.monotonic()
     paths = [_shard_index(url, args.index_dir) for url in mine]
     before = [_stamp(path) for path in paths]
-    shards = _tarindex.index_shards(
+    entries = _tarindex.index_entries(
         mine,
         index_dir=args.index_dir,
         allow_pipe=args.allow_pipe,
         force=args.force,
         jobs=args.jobs,
-        progress=functools.partial(_progress_bar, size=lambda s: s.index.size, start=started),
+        progress=functools.partial(_progress_bar, size=lambda e: e["size"], start=started),
         stores=stores,
         check_keys=part is None,  # a part's shards are not consecutive: datasets check theirs
     )
-    samples = sum(len(shard.index.keys) for shard in shards)
-    entries = [_tarindex.manifest_entry(shard) for shard in shards]
-    del shards
+    samples = sum(entry["items"] for entry in entries)
     where = args.index_dir if args.index_dir is not None else "beside the shards"
     done = _what_was_done(paths, before)
     print(f"{done}: {_count(len(mine), 'shard')}, {samples} samples; indexes {where}")

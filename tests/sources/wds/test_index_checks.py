@@ -213,3 +213,16 @@ def test_a_remote_index_of_deeply_nested_json_is_rebuilt(
     _remote_edit(s3_server, key, lambda body: b"[" * 100_000 + b"]" * 100_000)
     again = TarShards(bucket, **options)
     assert [again[i]["bin"] for i in range(len(again))] == [ds[i]["bin"] for i in range(len(ds))]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a.jpg", "a.b.c", "dir/a.jpg", "dir.x/a.b.json", "a", "dir/a", ".hidden", "dir/.x",
+     "a.", "a..b", "x/y/z.seg.png", "__key__.txt", "d/__meta__.json", "a/b.c/d", "", "./a.b"],
+)  # fmt: skip
+def test_member_names_split_into_key_and_extension_as_webdataset_splits_them(name: str) -> None:
+    from webdataset.tariterators import base_plus_ext
+
+    from seekdata.sources.wds import tarcheck
+
+    assert tarcheck.base_plus_ext(name) == base_plus_ext(name)

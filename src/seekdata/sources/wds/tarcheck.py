@@ -29,7 +29,21 @@ import tarfile
 from typing import Any, BinaryIO
 
 import numpy as np
-from webdataset.tariterators import base_plus_ext
+
+#: A member name as webdataset splits it (``webdataset.tariterators.base_plus_ext``): the key
+#: up to the first dot of its last path component, and the extensions after it. The same
+#: pattern, here so that indexing shards does not import webdataset, and with it torch.
+_KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+def base_plus_ext(name: str) -> tuple[str, str] | tuple[None, None]:
+    """``(key, extensions)`` of a member name as webdataset reads it; ``(None, None)`` for a
+    name webdataset skips (no extension)."""
+    match = _KEY_EXT.match(name)
+    if not match:
+        return None, None
+    return match.group(1), match.group(2)
+
 
 #: webdataset.tariterators.tar_file_iterator's default ``skip_meta``: members it skips
 SKIP_META = re.compile(r"__[^/]*__($|/)")

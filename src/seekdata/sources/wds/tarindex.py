@@ -20,10 +20,9 @@ import tarfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
-from webdataset.tariterators import base_plus_ext
 
 from seekdata.sources.files import indexes as _indexes
 from seekdata.sources.files import manifest as _manifest
@@ -221,7 +220,7 @@ def scan_tar(f: Any, url: str, size: int, mtime_ns: int, etag: str | None = None
         ) from exc
     with tar:
         for info in _sample_members(tar, url):
-            key, ext = base_plus_ext(info.name)
+            key, ext = _tarcheck.base_plus_ext(info.name)
             if key is None:
                 continue
             ext = ext.lower()
@@ -434,25 +433,67 @@ def index_shards(
         _index_one, index_dir=index_dir, allow_pipe=allow_pipe, rebuild=rebuild, force=force,
         stores=stores, cache=cache,
     )  # fmt: skip
+    shards = _map_urls(one, urls, jobs, progress)
+    if check_keys:
+        check_split_keys(shards)
+    return shards
+
+
+def index_entries(
+    urls: Sequence[str],
+    *,
+    index_dir: str | None = None,
+    allow_pipe: bool = False,
+    force: bool = False,
+    jobs: int = 1,
+    progress: Callable[[Iterator[dict[str, Any]], int], Iterable[dict[str, Any]]] | None = None,
+    stores: Any = None,
+    check_keys: bool = True,
+) -> list[dict[str, Any]]:
+    """:func:`index_shards` for ``seekdata index``: each shard's manifest entry
+    (:func:`manifest_entry`) rather than its whole index, so that with ``jobs`` processes the
+    one collecting the results unpickles a few fields per shard (not every member's offsets)
+    and holds them, not the indexes."""
+    one = functools.partial(
+        _entry_one, index_dir=index_dir, allow_pipe=allow_pipe, force=force, stores=stores
+    )
+    entries = _map_urls(one, urls, jobs, progress)
+    if check_keys:
+        check_split(urls, [e["first_key"] for e in entries], [e["last_key"] for e in entries])
+    return entries
+
+
+_T = TypeVar("_T")
+
+
+def _map_urls(
+    one: Callable[[str], _T],
+    urls: Sequence[str],
+    jobs: int,
+    progress: Callable[[Iterator[_T], int], Iterable[_T]] | None,
+) -> list[_T]:
+    """``one(url)`` for every url, in order: in ``jobs`` processes, or (one job, remote
+    files) many requests at once in threads."""
     # tarfile parses headers in Python: scanning is CPU-bound, so jobs are processes
     pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
     try:
         if pool is None and any(map(is_remote, urls)):  # remote: many requests at once
             from seekdata.sources.remote import map_objects
 
-            results: Iterator[Shard] = iter(map_objects(one, urls, urls))
+            results: Iterator[_T] = iter(map_objects(one, urls, urls))
         else:
             # in chunks: each task unpickles ``one`` and with it a new remote client (about
             # 0.3 s each), so one task per URL made a client per shard
             chunk = max(1, len(urls) // (8 * jobs))
             results = pool.map(one, urls, chunksize=chunk) if pool else map(one, urls)
-        shards = list(progress(results, len(urls)) if progress else results)
+        return list(progress(results, len(urls)) if progress else results)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    if check_keys:
-        check_split_keys(shards)
-    return shards
+
+
+def _entry_one(url: str, **options: Any) -> dict[str, Any]:
+    return manifest_entry(_index_one(url, rebuild=False, **options))
 
 
 def _index_one(
