@@ -12,7 +12,10 @@ request's path names how it answers, the rest is the file (``/<mode>/<path in th
 - ``lastmod``: as ``honest`` without ``ETag``: ``Last-Modified`` alone tells versions apart;
 - ``bare``: as ``honest`` with neither ``ETag`` nor ``Last-Modified``;
 - ``norange``: ignores ``Range``: ``200`` and the whole file, with its ``ETag``;
-- ``slow``: the headers of an honest answer, then its body a byte every 0.2 s.
+- ``slow``: the headers of an honest answer, then its body a byte every 0.2 s;
+- ``weak``: as ``honest`` with a weak ``ETag`` (``W/"..."``, as nginx and CDNs give a
+  compressed or generated answer), and ``If-Match`` compared strongly, as RFC 9110 says: a
+  weak tag never matches, so any ``If-Match`` gets ``412``.
 
 Control: ``GET /__count__`` gives the requests answered so far per mode (JSON), ``POST
 /__reset__`` zeroes them. Usage: ``python src/seekdata/_servers/lying_server.py DIR``; prints
@@ -34,7 +37,7 @@ HTML = (
     b"<!DOCTYPE html><html><head><title>Sign in</title></head><body><h1>Sign in to continue"
     b"</h1><p>Your session has expired. Please sign in again.   </p></body></html>\n"
 )
-MODES = ("honest", "shift", "html", "lastmod", "bare", "norange", "slow")
+MODES = ("honest", "shift", "html", "lastmod", "bare", "norange", "slow", "weak")
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
 
@@ -92,6 +95,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send(404, {}, b"not found", body)
             return
         etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
+        if mode == "weak":
+            etag = "W/" + etag
         modified = email.utils.formatdate(st.st_mtime, usegmt=True)
         headers = {"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"}
         if mode not in ("lastmod", "bare"):
@@ -99,7 +104,8 @@ class Handler(BaseHTTPRequestHandler):
         if mode != "bare":
             headers["Last-Modified"] = modified
         wanted = self.headers.get("If-Match")
-        if wanted is not None and "ETag" in headers and wanted != etag:
+        weak = etag.startswith("W/")  # strong comparison: a weak tag matches nothing
+        if wanted is not None and "ETag" in headers and (wanted != etag or weak):
             self.send(412, {}, b"precondition failed", body)
             return
         since = self.headers.get("If-Unmodified-Since")

@@ -264,3 +264,38 @@ def test_a_bucket_without_a_key_is_refused_before_any_request(s3_proxy: Any, url
     assert str(err.value).startswith(url + ": ")  # not s3://corpus.seekdata-index.json
     assert "only the bucket 'corpus'" in str(err.value)
     assert s3_proxy.stats()["requests"] == 0
+
+
+def test_a_weak_etag_reads_as_an_etag_and_a_change_is_refused(
+    liar: Any, served: pathlib.Path
+) -> None:
+    """A weak ``ETag`` (``W/"..."``) never matches ``If-Match``, so a read that sent it would be
+    refused every time; it is compared with the answer's instead, and still tells versions
+    apart."""
+    from seekdata.tokens import TokenWindows
+
+    path = served / "windows" / "tok-2.bin"
+    kept = path.read_bytes()
+    url = f"{liar.mode('weak')}/windows/tok-2.bin"
+    local = TokenWindows(str(path), 8, eos_id=corpus.EOS)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a weak ETag is a version: no warning
+            ds = TokenWindows(url, 8, eos_id=corpus.EOS)
+        assert len(ds) == len(local)
+        for i in range(len(ds)):
+            np.testing.assert_array_equal(ds[i]["input_ids"], local[i]["input_ids"])
+        it_loader = loader(ds, batch_size=2)
+        it = iter(it_loader)
+        next(it)
+        before = it_loader.state_dict()
+        path.write_bytes(kept[::-1])  # the same size, other tokens, another mtime: another tag
+        st = path.stat()
+        os.utime(path, (st.st_atime + 10, st.st_mtime + 10))
+        fresh_memory_now()
+        with pytest.raises(ValueError, match=r"changed after its index was built") as err:
+            next(it)
+        assert str(err.value).startswith(url) and 'W/"' in str(err.value)
+    finally:
+        path.write_bytes(kept)
+    assert_resumes(before, TokenWindows(str(path), 8, eos_id=corpus.EOS), batch_size=2)

@@ -399,8 +399,10 @@ class S3Backend(Backend):
 
 class HTTPBackend(Backend):
     """``http(s)://`` and the Hugging Face Hub: range GETs on fsspec's aiohttp session, with
-    ``If-Match``, their answers checked (``206``, ``Content-Range``'s total, ``ETag``). Read
-    only: an index goes under ``index_dir``."""
+    ``If-Match`` (``If-Unmodified-Since`` for a server that gives only ``Last-Modified``; no
+    precondition for a weak ``ETag``, which ``If-Match`` never matches), their answers checked
+    (``206``, ``Content-Range``'s total, ``ETag``). Read only: an index goes under
+    ``index_dir``."""
 
     def __init__(self, fs: Any, root: str, headers: dict[str, str]) -> None:
         super().__init__(fs, root)
@@ -435,8 +437,10 @@ class HTTPBackend(Backend):
         headers = {"Range": f"bytes={start}-{stop - 1}"}
         if etag is not None and etag.startswith(LAST_MODIFIED):
             headers["If-Unmodified-Since"] = etag[len(LAST_MODIFIED) :]
-        elif etag is not None:
+        elif etag is not None and not etag.startswith("W/"):
             headers["If-Match"] = etag
+        # a weak ETag never matches If-Match (compared strongly, RFC 9110): such a request
+        # would be refused every time. The answer's ETag is compared below instead.
         try:
             status, answer, body = self._request("GET", key, headers)
         except _faults.Changed:
