@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from seekdata.sources.files import manifest as _manifest
+from seekdata.sources.files import processes as _processes
 
 __all__ = ["Family", "check_part", "merge_parts", "write_manifests", "write_part_records"]
 
@@ -178,7 +178,7 @@ def entries_in_processes(
     requests at once in threads), in order, through ``progress``."""
     from seekdata.sources import remote
 
-    pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    pool = _processes.pool(jobs) if jobs > 1 else None
     try:
         if pool is None and any(map(remote.is_remote, urls)):
             results: Iterator[Entry] = iter(remote.map_objects(fn, urls, urls))

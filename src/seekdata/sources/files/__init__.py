@@ -9,6 +9,8 @@ remote objects) and the families (tar shards, token files, Parquet) that build o
   object), written atomically, read back in one request;
 - :mod:`.source`: :class:`FileSource`, the base class: one class, local or remote, with the
   protocol's ``prefetch``.
+- :mod:`.processes`: the worker processes that index files in parallel, which end with the
+  process that started them.
 
 A family keeps only what is its own: tar members, token dtypes and windows, Arrow columns
 (CONTRIBUTING.md, "Add a source").

@@ -23,13 +23,13 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from seekdata.sources.files import indexes as _indexes
+from seekdata.sources.files import processes as _processes
 from seekdata.sources.tokens import packing as _packing
 from seekdata.sources.tokens.files import TokenFile, describe, token_array
 
@@ -441,7 +441,7 @@ def index_files(
         index_dir=index_dir, force=force, stores=stores,
     )  # fmt: skip
     # the scan is numpy over each file: processes give one core per file
-    pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    pool = _processes.pool(jobs) if jobs > 1 else None
     try:
         results: Iterator[Indexed] = pool.map(one, names) if pool else map(one, names)
         return list(progress(results, len(names)) if progress else results)

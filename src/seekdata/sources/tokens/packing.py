@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from seekdata.sources.files import processes as _processes
 from seekdata.sources.files.lazy import PerProcess
 
 #: Documents per packing block. Part of the packing's definition: changing it changes which
@@ -221,7 +222,7 @@ def block_counts(lengths: Iterable[np.ndarray], seq_len: int, jobs: int = 1) -> 
     if jobs <= 1:
         return [count_block(block, seq_len) for block in blocks_of(lengths)]
     out: list[int] = []
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with _processes.pool(jobs) as pool:
         pending: list[Future[int]] = []
         for block in blocks_of(lengths):
             pending.append(pool.submit(count_block, block, seq_len))

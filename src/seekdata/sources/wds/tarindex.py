@@ -18,7 +18,6 @@ import os
 import stat
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,6 +25,7 @@ import numpy as np
 
 from seekdata.sources.files import indexes as _indexes
 from seekdata.sources.files import manifest as _manifest
+from seekdata.sources.files import processes as _processes
 from seekdata.sources.files.paths import is_remote, url_scheme
 from seekdata.sources.wds import tarcheck as _tarcheck
 from seekdata.sources.wds.urls import local_path
@@ -221,7 +221,7 @@ def scan_tar(f: Any, url: str, size: int, mtime_ns: int, etag: str | None = None
     with tar:
         for info in _sample_members(tar, url):
             key, ext = _tarcheck.base_plus_ext(info.name)
-            if key is None:
+            if key is None or ext is None:  # both or neither
                 continue
             ext = ext.lower()
             if not keys or key != keys[-1]:
@@ -475,7 +475,7 @@ def _map_urls(
     """``one(url)`` for every url, in order: in ``jobs`` processes, or (one job, remote
     files) many requests at once in threads."""
     # tarfile parses headers in Python: scanning is CPU-bound, so jobs are processes
-    pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    pool = _processes.pool(jobs) if jobs > 1 else None
     try:
         if pool is None and any(map(is_remote, urls)):  # remote: many requests at once
             from seekdata.sources.remote import map_objects
