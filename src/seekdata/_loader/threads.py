@@ -37,7 +37,7 @@ from typing import Any
 from seekdata._core import globalrng as _globalrng
 from seekdata._core import sample as _sample
 
-__all__ = ["THREAD", "Pool", "RngWatch", "install_worker_info", "thread_worker_info"]
+__all__ = ["THREAD", "Pool", "RngWatch", "install_worker_info", "thread_worker_info", "unshared"]
 
 THREAD = "thread"
 
@@ -80,6 +80,29 @@ def install_worker_info() -> None:
         )
         fn.__code__ = scope["get_worker_info"].__code__
         _installed = True
+
+
+def unshared(collate_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``collate_fn`` as a thread worker runs it: torch's ``default_collate`` stacks a batch into
+    a new shared-memory segment whenever ``get_worker_info()`` is not None, ready for the trip
+    from a worker process to the main one; thread workers make no such trip, so it runs with
+    this thread's info hidden and stacks into ordinary memory (the same values; the segment,
+    its file and its mapping cost a share of the GIL at every batch). Any other function is
+    returned as it is: it may read ``get_worker_info()``."""
+    import torch.utils.data
+
+    if collate_fn is not torch.utils.data.default_collate:
+        return collate_fn
+
+    def collate(data: Any) -> Any:
+        info = getattr(_local, "info", None)
+        _local.info = None
+        try:
+            return collate_fn(data)
+        finally:
+            _local.info = info
+
+    return collate
 
 
 # --- the global generators, watched ------------------------------------------------------------

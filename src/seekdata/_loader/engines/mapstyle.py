@@ -29,7 +29,7 @@ from seekdata._loader.device import DevicePrefetch
 from seekdata._loader.fetch import Collate, FailedBatch, KeyedDataset, WorkerInit
 from seekdata._loader.plan import Plan, PlannedBatch
 from seekdata._loader.seed import seed_to_adopt
-from seekdata._loader.threads import THREAD, Pool, RngWatch, pinned
+from seekdata._loader.threads import THREAD, Pool, RngWatch, pinned, unshared
 
 _ENGINE_TAG = 0x454E474E  # "ENGN": key of the generator handed to torch (worker base seeds)
 WHERE = "StatefulDataLoader"
@@ -95,7 +95,7 @@ class MapEngine:
         # reseed global RNG (every thread shares it): a draw from it raises (RngWatch)
         self.worker_method = config.worker_method
         self.thread_keyed = KeyedDataset(dataset, self.seed, False, config.batched_fetch)
-        self.thread_collate = Collate(collate_fn, config.batch_transform, self.seed, False)
+        self.thread_collate = _thread_collate(collate_fn, config.batch_transform, self.seed)
         self._pool: Pool | None = None  # persistent thread workers
 
     # --- what a subclass provides ---------------------------------------------------------------
@@ -236,7 +236,7 @@ class MapEngine:
         if name == "worker_init_fn":
             value = WorkerInit(value)
         elif name == "collate_fn":
-            self.thread_collate = Collate(value, self.config.batch_transform, self.seed, False)
+            self.thread_collate = _thread_collate(value, self.config.batch_transform, self.seed)
             value = Collate(
                 value, self.config.batch_transform, self.seed, self.keys.reseed_global_rng
             )
@@ -455,3 +455,11 @@ def _can_pin() -> bool:
         stacklevel=4,
     )
     return False
+
+
+def _thread_collate(collate_fn: Any, batch_transform: Any, seed: int) -> Collate:
+    """The collate of thread workers: no reseeding of global RNG (every thread shares it), and
+    torch's default collate stacking into ordinary memory (:func:`unshared`)."""
+    collate = Collate(collate_fn, batch_transform, seed, False)
+    collate.collate_fn = unshared(collate_fn)  # after Collate read which function it is
+    return collate

@@ -33,7 +33,7 @@ import torch
 import torch.utils.data
 
 from seekdata._loader.device import move
-from seekdata._loader.threads import Pool, RngWatch
+from seekdata._loader.threads import Pool, RngWatch, unshared
 
 __all__ = ["ThreadedIterable", "needs_copy"]
 
@@ -299,7 +299,7 @@ class ThreadedIterable:
         datasets = self._datasets
         fetchers: list[Any] = [None] * len(datasets)
         auto = engine._auto_collation
-        collate, drop_last = engine.collate_fn, engine.drop_last
+        collate, drop_last = unshared(engine.collate_fn), engine.drop_last
         pin = engine.pin_memory and torch.accelerator.is_available()
 
         def state(i: int) -> Any:  # torchdata pickles it through a queue: a copy, as here
