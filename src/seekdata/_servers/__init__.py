@@ -288,9 +288,16 @@ class Proxy(Server):
         with urllib.request.urlopen(request, timeout=10) as reply:
             return dict(json.load(reply))
 
-    def stats(self) -> dict[str, Any]:
-        """``requests``, ``body_bytes``, ``faults`` (counts by kind) and the ``log``."""
-        return self._call("/__proxy__/stats")
+    def stats(self, settle_s: float = 30.0) -> dict[str, Any]:
+        """``requests``, ``body_bytes``, ``faults`` (counts by kind) and the ``log``, once no
+        request is on its way (up to ``settle_s``): a worker that ended with a read-ahead in
+        flight leaves one the proxy is still answering, whose log entry has no ``bytes`` yet."""
+        deadline = time.monotonic() + settle_s
+        stats = self._call("/__proxy__/stats")
+        while stats.get("in_flight") and time.monotonic() < deadline:
+            time.sleep(0.05)
+            stats = self._call("/__proxy__/stats")
+        return stats
 
     def reset(self) -> None:
         self._call("/__proxy__/reset", "POST")

@@ -38,6 +38,7 @@ _SLOWDOWN = (
 class Proxy:
     def __init__(self, upstream: tuple[str, int], every: int, delay: float) -> None:
         self.upstream, self.every, self.delay = upstream, every, delay
+        self.in_flight = 0  # requests sent upstream, not yet answered (their log has no bytes)
         self.reset()
 
     def reset(self) -> None:
@@ -98,7 +99,11 @@ class Proxy:
             )
             await writer.drain()
             return True
-        status_head, status_body = await self.forward(head, body)
+        self.in_flight += 1
+        try:
+            status_head, status_body = await self.forward(head, body)
+        finally:
+            self.in_flight -= 1
         entry["bytes"] = len(status_body)
         if fault == "delay":
             self.faults["delay"] += 1
@@ -155,6 +160,7 @@ class Proxy:
                 "body_bytes": self.body_bytes,
                 "faults": self.faults,
                 "every": self.every,
+                "in_flight": self.in_flight,
                 "log": self.log,
             }
         ).encode()
