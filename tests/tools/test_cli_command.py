@@ -47,13 +47,21 @@ def test_python_m_seekdata_is_the_seekdata_command(tmp_path: pathlib.Path) -> No
 
 
 def _blocked(tmp_path: pathlib.Path, *modules: str) -> dict[str, str]:
-    """An environment where importing ``modules`` fails as when they are not installed."""
+    """An environment where ``modules`` are not found, as when they are not installed: a
+    ``sitecustomize`` puts a finder first that refuses them (a stub module that raised on
+    import would still be *found*, and seekdata finds webdataset without importing it)."""
     stubs = tmp_path / "not-installed"
     stubs.mkdir()
-    for name in modules:
-        (stubs / f"{name}.py").write_text(
-            f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n"
-        )
+    (stubs / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        f"HIDDEN = {tuple(modules)!r}\n"
+        "class Hide(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in HIDDEN:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Hide())\n"
+    )
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(stubs), os.environ.get("PYTHONPATH")]))}
 
 
