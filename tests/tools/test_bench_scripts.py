@@ -90,7 +90,7 @@ def test_remote_backends_prints_its_table_and_writes_its_json(tmp_path: pathlib.
     text = script(
         "remote_backends.py", "--objects", "1", "--size-mb", "2", "--small-n", "8",
         "--large-mb", "1", "--large-n", "1", "--threads", "2", "--batch-rounds", "1",
-        "--rounds", "1", "--out", str(out),
+        "--rounds", "1", "--fork-timeout", "4", "--out", str(out),
     )  # fmt: skip
     data = json.loads(out.read_text())
     assert data["meta"]["python_start_s"] > 0 and "versions" in data["meta"]
