@@ -12,14 +12,26 @@ import sys
 import pytest
 from filelock import FileLock  # torch's own dependency
 
+from tests.helpers.forker import Forker
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def script(name: str, *argv: str) -> str:
+def script(name: str, *argv: str, forker: Forker | None = None) -> str:
+    """Its stdout; forked from FORKER (an interpreter that imported torch and seekdata
+    already), its stdout and stderr together."""
+    path = str(ROOT / "benchmarks" / name)
+    if forker is not None:
+        run = forker.popen([path, *argv])
+        try:
+            printed, _ = run.communicate(timeout=300)
+        finally:
+            run.kill()  # only if a hang timed out: it has ended otherwise
+        assert run.returncode == 0, printed[-3000:]
+        return printed
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / name), *argv],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [sys.executable, path, *argv], capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
