@@ -72,29 +72,51 @@ def http_server(http_root: pathlib.Path) -> Any:
 
 # -- scheduling: the longest files start first -----------------------------------------------------
 
-#: The files that take longest (summed test time in a fresh-venv run with three workers), started
-#: first: ``--dist loadfile`` hands files to the workers in collection order, so a long file
-#: collected last (tests/tools/ sorts late) kept one worker busy after the others were done.
-#: Only the order changes; a file missing from this list runs after them, as collected.
+#: The files that take longest (summed test time in a fresh-venv run with three workers, at
+#: 41ed17d less what later commits cut), longest first: ``--dist loadfile`` with
+#: ``--no-loadscope-reorder`` (pyproject.toml) hands files to the workers in collection order,
+#: so a long file collected last (tests/tools/ sorts late) kept one worker busy after the others
+#: were done; the short files not listed here come after them and even out the end. Only the
+#: order changes; a file missing from this list runs after them, as collected.
+#: test_lint.py is short with mypy's cache, about a minute without it (a fresh checkout).
 LONGEST_FIRST = (
     "tests/tools/test_bench_scripts.py",
-    "tests/sources/remote/test_sources.py",
-    "tests/sources/tokens/test_tokens.py",
     "tests/test_docs.py",
     "tests/test_preemption.py",
-    "tests/tools/test_bench.py",
     "tests/loader/test_exit.py",
-    "tests/tools/test_cli_verify.py",
-    "tests/tools/test_demo.py",
     "tests/test_loader.py",
+    "tests/sources/remote/test_sources.py",
+    "tests/sources/tokens/test_tokens.py",
+    "tests/tools/test_demo.py",
     "tests/tools/test_elastic_torchrun.py",
-    "tests/sources/mixtures/test_mixture_schedule.py",
-    "tests/integrations/test_lightning.py",
-    "tests/sources/tokens/test_scale_tokens.py",
+    "tests/tools/test_cli_verify.py",
+    "tests/test_lint.py",
     "tests/loader/test_threads_iterable.py",
-    "tests/sources/parquet/test_scale_parquet.py",
-    "tests/sources/remote/test_threads.py",
+    "tests/loader/test_device_prefetch.py",
+    "tests/sources/tokens/test_token_shards.py",
+    "tests/integrations/test_lightning.py",
+    "tests/sources/mixtures/test_mixture_schedule.py",
+    "tests/sources/mixtures/test_mixture.py",
+    "tests/tools/test_bench.py",
+    "tests/loader/test_threads.py",
+    "tests/test_packaging.py",
+    "tests/loader/test_distributed.py",
+    "tests/tools/test_cli_index_remote.py",
+    "tests/sources/mixtures/test_mixture_changes.py",
+    "tests/sources/parquet/test_parquet.py",
+    "tests/integrations/test_accelerate.py",
+    "tests/loader/test_torch_fidelity.py",
+    "tests/sources/tokens/test_scale_tokens.py",
     "tests/tools/test_cli_index_parts.py",
+    "tests/loader/test_elastic.py",
+    "tests/sources/remote/test_seaweedfs.py",
+    "tests/sources/test_scale_counts.py",
+    "tests/sources/wds/test_wds.py",
+    "tests/test_exports.py",
+    "tests/checkpoint/test_checkpoint.py",
+    "tests/sources/remote/test_threads.py",
+    "tests/integrations/test_transformers.py",
+    "tests/sources/parquet/test_scale_parquet.py",
 )
 
 
