@@ -48,7 +48,7 @@ def test_alternating_blocks_write_ratios_and_a_plot_that_replots(
 def test_mixture_throughput_pairs_each_loader_with_its_baseline(
     tmp_path: pathlib.Path, forker: Forker
 ) -> None:
-    script("mixture.py", "--only-throughput", "--quick", "--workers", "0",
+    script("mixture.py", "--only-throughput", "--quick", "--workers", "0", "--rounds", "1",
            "--out", str(tmp_path / "m.json"), forker=forker)  # fmt: skip
     rows = json.loads((tmp_path / "mixture_throughput.json").read_text())["throughput"]
     pairs = {r["loader"]: r["vs"] for r in rows}
