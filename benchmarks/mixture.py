@@ -218,7 +218,9 @@ THROUGHPUT_PAIRS = {
 }
 
 
-def throughput_rows(quick: bool, workers_list: tuple[int, ...] = (0, 2)) -> list[dict[str, Any]]:
+def throughput_rows(
+    quick: bool, workers_list: tuple[int, ...] = (0, 2), rounds: int | None = None
+) -> list[dict[str, Any]]:
     """Mixture against the same sources drawn by torch's weighted sampler. With reseeding on,
     the baseline's dataset reseeds torch/numpy/random per sample itself (the harness's
     ``Reseeding``), as seekdata does; with it off (loader and mixture), a plain DataLoader."""
@@ -256,7 +258,7 @@ def throughput_rows(quick: bool, workers_list: tuple[int, ...] = (0, 2)) -> list
             "seekdata, ConcatDataset in order (no mixing)": lambda w=workers: ours(concat, w),
             "seekdata, Mixture, reseed off": lambda w=workers: ours(mix_off, w, reseed=False),
         }
-        results = H.interleave(run, rounds=3 if quick else 9)
+        results = H.interleave(run, rounds=rounds or (3 if quick else 9))
         for name, values in results.items():
             base = THROUGHPUT_PAIRS[name]
             ratios = [v / r for v, r in zip(values, results[base], strict=True)] if base else []
@@ -358,6 +360,8 @@ def main() -> None:
     p.add_argument("--only-throughput", action="store_true", help="only the throughput table")
     p.add_argument("--only-schedule", action="store_true", help="only the schedule table")
     p.add_argument("--workers", default="0,2", help="num_workers list for throughput (0,2)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="throughput: interleaved rounds (default 9, --quick 3)")  # fmt: skip
     args = p.parse_args()
     workers = tuple(int(w) for w in args.workers.split(","))
     schedule_columns = ["K", "segments", "p", "locate (us)", "build (ms)", "retained (KB)",
@@ -375,7 +379,7 @@ def main() -> None:
         return
     if args.only_throughput:
         with H.quiet():
-            throughput = throughput_rows(args.quick, workers)
+            throughput = throughput_rows(args.quick, workers, args.rounds)
         print(H.table(throughput, ["loader", "workers", "samples/s", "vs", "ratio", "spread"]))
         H.write(args.out.with_name("mixture_throughput.json"), "mixture", None,
                 throughput=throughput)  # fmt: skip
@@ -383,7 +387,7 @@ def main() -> None:
     with H.quiet():
         seek = seek_rows(args.quick)
         memory = memory_rows()
-        throughput = throughput_rows(args.quick, workers)
+        throughput = throughput_rows(args.quick, workers, args.rounds)
         discrepancy, curves = discrepancy_rows(args.quick)
         schedule = schedule_rows(args.quick)
         changes = change_rows(args.quick)

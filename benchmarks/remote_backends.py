@@ -17,7 +17,8 @@ server), then for each back-end measures, on the same objects:
   (fsspec ``cat_ranges``: one request per range, concurrently; obstore ``get_ranges``: ranges
   closer than 1 MiB coalesced), per call;
 - ``fork``: whether a forked child (a DataLoader worker on Linux) can read with a new client
-  after its parent read with the same library: ``ok``, or ``hangs`` (no byte within 10 s).
+  after its parent read with the same library: ``ok``, or ``hangs`` (no byte within
+  ``--fork-timeout`` s, default 10).
 
 ``python benchmarks/remote_backends.py`` prints the table and writes results/remote_backends.json.
 """
@@ -147,7 +148,7 @@ import faulthandler, os, sys
 read(0)
 pid = os.fork()
 if pid == 0:
-    faulthandler.dump_traceback_later(10, exit=True)  # a hang ends the child with status 1
+    faulthandler.dump_traceback_later({timeout}, exit=True)  # a hang: status 1
     {setup_child}
     read(1)
     os._exit(0)
@@ -172,9 +173,9 @@ FORK_SETUP = {
 }
 
 
-def fork_check(name: str, url: str, key: str) -> str:
+def fork_check(name: str, url: str, key: str, timeout: float = 10) -> str:
     setup = FORK_SETUP[name].format(url=url, key=key)
-    code = FORK.format(setup=setup, setup_child="fs = s = make()")
+    code = FORK.format(setup=setup, setup_child="fs = s = make()", timeout=timeout)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     return "ok" if done.returncode == 0 else "hangs" if b"Timeout" in done.stderr else "fails"
 
@@ -268,6 +269,10 @@ def main() -> None:
     parser.add_argument("--large-n", type=int, default=24)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--batch-rounds", type=int, default=20)
+    parser.add_argument(
+        "--fork-timeout", type=float, default=10.0,
+        help="s a forked child may wait for its first byte before it counts as a hang (10)",
+    )  # fmt: skip
     # --rounds (cold starts) was --cold-rounds: the old spelling still works
     parser.add_argument("--cold-rounds", type=int, dest="rounds", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -308,7 +313,7 @@ def main() -> None:
                 row.update(measure(read, batch, args, keys, size, expect))
                 if kind == "s3":
                     row["cold_s"] = starts[name]["median"]
-                    row["fork"] = fork_check(row["backend"], s3.url, keys[0])
+                    row["fork"] = fork_check(row["backend"], s3.url, keys[0], args.fork_timeout)
                 rows.append(row)
                 print(f"  {kind:4} {name:12} done", file=sys.stderr)
     columns = [

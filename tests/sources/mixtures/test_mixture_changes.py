@@ -390,13 +390,16 @@ def test_state_after_ten_changes_stays_small() -> None:
         assert len(json.dumps(saved)) <= 4096, (k, len(json.dumps(saved)))
 
 
-def test_the_changes_benchmark_runs_and_its_state_stays_small(tmp_path: pathlib.Path) -> None:
+def test_the_changes_benchmark_runs_and_its_state_stays_small(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     """benchmarks/mixture.py --only-schedule writes the rows docs/mixtures.md cites for 10
-    changes (no timing is asserted): the history holds 10 records and the state <= 4 KB."""
-    from tests.helpers.scripts import script
+    changes (no timing is asserted): the history holds 10 records and the state <= 4 KB. The run
+    is shared with test_mixture_schedule.py's test of its schedule table."""
+    from tests.helpers.scripts import MIXTURE_SCHEDULE_RUN, script_once
 
-    script("mixture.py", "--only-schedule", "--quick", "--out", str(tmp_path / "m.json"))
-    rows = json.loads((tmp_path / "mixture_schedule.json").read_text())["changes"]
+    folder, _ = script_once(tmp_path_factory, *MIXTURE_SCHEDULE_RUN)
+    rows = json.loads((folder / "mixture_schedule.json").read_text())["changes"]
     assert [(r["K"], r["changes"]) for r in rows] == [("16 -> 26", 10), ("1000 -> 1010", 10)]
     assert all(r["locate (us)"] > 0 and r["state (bytes of JSON)"] <= 4096 for r in rows)
 

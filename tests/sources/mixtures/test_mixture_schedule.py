@@ -20,7 +20,7 @@ from seekdata.testing import assert_exact_resume
 from tests.helpers.mixtures import Source, bounded
 from tests.helpers.paths import GOLDEN, SCRIPTS
 from tests.helpers.ranks import run_ranks
-from tests.helpers.scripts import script
+from tests.helpers.scripts import MIXTURE_SCHEDULE_RUN, script_once
 
 
 def mix3(schedule: Any = None, **kw: Any) -> seekdata.Mixture:
@@ -311,10 +311,13 @@ def test_a_ddp_run_across_changes_resumes_on_another_world_size(tmp_path: pathli
     assert Counter(s for s, _ in want[27:45])[0] == 0
 
 
-def test_the_schedule_benchmark_runs_and_its_state_stays_small(tmp_path: pathlib.Path) -> None:
+def test_the_schedule_benchmark_runs_and_its_state_stays_small(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     """benchmarks/mixture.py --only-schedule writes the rows docs/mixtures.md cites (no timing
-    is asserted): 10 segments, K = 16 and 1,000, and the loader's state does not grow with them."""
-    script("mixture.py", "--only-schedule", "--quick", "--out", str(tmp_path / "m.json"))
-    rows = json.loads((tmp_path / "mixture_schedule.json").read_text())["schedule"]
+    is asserted): 10 segments, K = 16 and 1,000, and the loader's state does not grow with them.
+    The run is shared with test_mixture_changes.py's test of its changes table."""
+    folder, _ = script_once(tmp_path_factory, *MIXTURE_SCHEDULE_RUN)
+    rows = json.loads((folder / "mixture_schedule.json").read_text())["schedule"]
     assert [(r["K"], r["segments"]) for r in rows] == [(16, 10), (1000, 10)]
     assert all(r["locate (us)"] > 0 and r["state (bytes of JSON)"] < 4096 for r in rows)

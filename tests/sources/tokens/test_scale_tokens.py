@@ -30,6 +30,7 @@ from seekdata.sources.tokens import packing as _packing
 from seekdata.sources.tokens.files import describe
 from seekdata.tokens import PackedDocuments, TokenWindows
 from tests.helpers import opens
+from tests.helpers.tiny_shards import _put
 
 FILES, DOCS, SEQ, EOS, BATCH = 20_000, 200, 16, 1, 8
 BUCKET = "tokens-at-scale"
@@ -48,24 +49,30 @@ def write_corpus(folder: pathlib.Path, files: int, seed: int) -> dict[str, Any]:
     ends = np.cumsum(lengths)
     tokens[ends - 1] = EOS
     starts = np.concatenate([[0], ends[DOCS - 1 :: DOCS]])  # a file ends after DOCS documents
-    names, rows, indexes, remote, remote_rows = [], [], [], {}, []
-    for k in range(files):
+
+    def one(k: int) -> tuple[str, np.ndarray, Any, Any, str]:
         name = f"part-{k:05d}.bin"
         data = tokens[starts[k] : starts[k + 1]]
-        path = folder / name
-        data.tofile(path)
-        mine, st = ends[k * DOCS : (k + 1) * DOCS] - starts[k], path.stat()
+        path = str(folder / name)
+        _put(path, data.tobytes())
+        mine, st = ends[k * DOCS : (k + 1) * DOCS] - starts[k], os.stat(path)
         ids = (len(data), int(data.min()), int(data.max()), mine)
         local = _index.DocIndex(st.st_size, st.st_mtime_ns, "<u2", EOS, *ids)
-        pathlib.Path(str(path) + _index.INDEX_SUFFIX).write_bytes(_index._encode(local, name))
-        row = _index.manifest_entry(local, name)
+        _put(path + _index.INDEX_SUFFIX, _index._encode(local, name))
         etag = '"' + hashlib.md5(data.tobytes()).hexdigest() + '"'  # S3's, for one PUT
         there = _index.DocIndex(st.st_size, 0, "<u2", EOS, *ids, etag=etag)
-        remote[name] = (data, there)  # encoded when uploaded: a few hundred are
-        names.append(str(path))
-        rows.append(row)
-        remote_rows.append({**row, "stamp": etag})  # the same digest: the same documents
-        indexes.append(local)
+        return name, data, local, there, etag
+
+    names, rows, indexes, remote, remote_rows = [], [], [], {}, []
+    # in threads: most of a file's time is its two writes, which release the GIL
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for name, data, local, there, etag in pool.map(one, range(files), chunksize=500):
+            row = _index.manifest_entry(local, name)
+            remote[name] = (data, there)  # encoded when uploaded: a few hundred are
+            names.append(str(folder / name))
+            rows.append(row)
+            remote_rows.append({**row, "stamp": etag})  # the same digest: the same documents
+            indexes.append(local)
     params = _index.manifest_params(np.dtype(np.uint16), EOS)
     packing = _index.packing_section(indexes, [SEQ])
     _manifest.write(str(folder), "tokens", rows, params, sections={"packing": packing})
